@@ -1,0 +1,117 @@
+"""Fetch the real parts the harness runs: Kafka from Maven Central, toxiproxy from the Go
+module proxy. Both land in a per-version cache outside the repository and are reused.
+
+Kafka's POM leaves the logging binding out, so we ask Maven for the broker plus the
+binding that version's own distribution ships (log4j2 for 4.x, reload4j for 3.x).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SetupError
+
+DEFAULT_KAFKA_VERSION = "4.3.1"
+# The versions the test suite runs against; others that Maven Central serves may work.
+TESTED_KAFKA_VERSIONS = ("4.3.1", "3.9.2")
+TOXIPROXY_VERSION = "v2.5.0"
+TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
+
+_BINDINGS = {
+    # major version -> (groupId, artifactId, version) the distribution ships for logging
+    4: [("org.apache.logging.log4j", "log4j-slf4j-impl", "2.24.3"),
+        ("org.apache.logging.log4j", "log4j-core", "2.24.3")],
+    3: [("org.slf4j", "slf4j-reload4j", "1.7.36"), ("ch.qos.reload4j", "reload4j", "1.2.25")],
+}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("ONCEPROOF_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "onceproof")
+    return Path(root)
+
+
+def kafka_version(requested: str | None = None) -> str:
+    version = requested or os.environ.get("ONCEPROOF_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not match or int(match.group(1)) not in _BINDINGS:
+        raise SetupError(
+            f"unknown Kafka version {version!r}: use a 3.x or 4.x release such as "
+            f"{' or '.join(TESTED_KAFKA_VERSIONS)} (--kafka-version or ONCEPROOF_KAFKA_VERSION)")
+    return version
+
+
+def _need(tool: str, hint: str) -> str:
+    path = shutil.which(tool)
+    if not path:
+        raise SetupError(f"{tool} not found on PATH: {hint}")
+    return path
+
+
+@dataclass(frozen=True)
+class KafkaDist:
+    version: str
+    libs: Path
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def classpath(self) -> str:
+        return str(self.libs / "*")
+
+
+def _pom(version: str) -> str:
+    deps = [("org.apache.kafka", "kafka_2.13", version)] + _BINDINGS[int(version.split(".")[0])]
+    body = "".join(
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+        f"<version>{v}</version></dependency>" for g, a, v in deps)
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>onceproof</groupId><artifactId>kafka-dist</artifactId><version>1</version>"
+        f"<dependencies>{body}</dependencies></project>")
+
+
+def ensure_kafka(version: str | None = None) -> KafkaDist:
+    version = kafka_version(version)
+    home = cache_dir() / "kafka" / version
+    libs = home / "libs"
+    if (home / ".complete").exists():
+        return KafkaDist(version, libs)
+    _need("java", "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jre-headless)")
+    mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "pom.xml").write_text(_pom(version))
+    shutil.rmtree(libs, ignore_errors=True)
+    proc = subprocess.run(
+        [mvn, "-q", "-B", "-U", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
+         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+        capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        raise SetupError(f"mvn could not fetch Kafka {version} from Maven Central "
+                         f"({' | '.join(tail)}); check the version exists and the network")
+    (home / ".complete").write_text(version)
+    return KafkaDist(version, libs)
+
+
+def ensure_toxiproxy() -> Path:
+    gobin = cache_dir() / "toxiproxy" / TOXIPROXY_VERSION
+    binary = gobin / "server"
+    if binary.exists():
+        return binary
+    go = _need("go", "install Go 1.21 or newer (Debian: apt-get install golang)")
+    gobin.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, GOBIN=str(gobin))
+    proc = subprocess.run([go, "install", f"{TOXIPROXY_MODULE}@{TOXIPROXY_VERSION}"],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0 or not binary.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-2:]
+        raise SetupError(f"go install of toxiproxy {TOXIPROXY_VERSION} failed "
+                         f"({' | '.join(tail)}); check the Go module proxy is reachable")
+    return binary
