@@ -1,0 +1,406 @@
+"""A real Kafka cluster (KRaft, every node broker and controller) behind a real toxiproxy,
+started by the harness, broken on purpose, and put back together.
+
+Faults come in two families:
+- node faults act on the JVM: kill (SIGKILL), pause (SIGSTOP) / resume, stop (SIGTERM),
+  start, restart, wipe (kill, delete its data, format again);
+- network faults act on proxies: partition(sides), isolate(node), heal, and toxics on
+  chosen links (latency, reset_peer, slicer, bandwidth).
+`heal_all` undoes both and waits until the cluster is ready again, so each example of a
+test starts from a clean cluster.
+
+Everything a user may want afterwards stays in the cluster's directory: each node's
+server.log, the toxiproxy log, and state.json (ports, pids, active faults).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from . import procs
+from .errors import SetupError
+from .provision import KafkaDist, ensure_kafka, ensure_toxiproxy
+from .topology import HOST, Link, Topology
+from .toxi import Toxi
+
+JVM_OPTS = [
+    # Three JVMs, toxiproxy and Spark share two cores: small heaps, and C1 only, because
+    # C2 compilation at startup competes with the brokers for the same cores.
+    "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+]
+
+_LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+_LOG4J1 = """log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close", "limit_data"}
+
+
+class Cluster:
+    def __init__(self, root: str | Path, nodes: int = 3, kafka_version: str | None = None,
+                 owned: bool = True, overrides: dict | None = None):
+        self.root = Path(root).resolve()
+        self.n = nodes
+        self.requested_version = kafka_version
+        self.owned = owned
+        self.overrides = dict(overrides or {})
+        self.topology: Topology | None = None
+        self.dist: KafkaDist | None = None
+        self.pids: dict[str, int] = {}
+        self.toxi: Toxi | None = None
+        # What is broken right now, so status can show it and heal_all can undo it.
+        self.faults: list[dict] = []
+        self.down_nodes: set[int] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def up(self, timeout: float = 180.0) -> "Cluster":
+        if self.n < 1:
+            raise SetupError(f"a cluster needs at least 1 node, not {self.n}")
+        self.dist = ensure_kafka(self.requested_version)
+        toxiproxy = ensure_toxiproxy()
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        self.topology = Topology.allocate(self.n)
+        try:
+            self._start_toxiproxy(toxiproxy)
+            for link in self.topology.links:
+                self.toxi.create(link.name, f"{HOST}:{link.listen}", f"{HOST}:{link.upstream}")
+            for node in self.topology.nodes:
+                self._configure(node)
+            with ThreadPoolExecutor(self.n) as pool:
+                list(pool.map(self._format, self.topology.nodes))
+            for node in self.topology.nodes:
+                self._start_node(node)
+            self.save_state()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        for name in list(self.pids):
+            procs.kill(self.pids.pop(name))
+        self.save_state()
+
+    def __enter__(self) -> "Cluster":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def node_dir(self, node: int) -> Path:
+        return self.root / f"node{node}"
+
+    def _start_toxiproxy(self, binary: Path) -> None:
+        port = self.topology.toxiproxy_api
+        self.pids["toxiproxy"] = procs.spawn(
+            [str(binary), "-host", HOST, "-port", str(port)],
+            self.root / "toxiproxy.log", owned=self.owned)
+        self.toxi = Toxi(HOST, port)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.toxi.version()
+                return
+            except SetupError:
+                if time.monotonic() > deadline or not procs.alive(self.pids["toxiproxy"]):
+                    raise SetupError(f"toxiproxy did not start; see {self.root / 'toxiproxy.log'}")
+                time.sleep(0.1)
+
+    def _configure(self, node: int) -> None:
+        d = self.node_dir(node)
+        (d / "data").mkdir(parents=True, exist_ok=True)
+        props = self.topology.server_properties(node, str(d / "data"), self.overrides)
+        (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        template = _LOG4J2 if self.dist.major >= 4 else _LOG4J1
+        (d / "log4j.properties").write_text(template.format(log=d / "server.log"))
+
+    def _java(self, node: int, main: str, *args: str) -> list[str]:
+        d = self.node_dir(node)
+        log_flag = (f"-Dlog4j2.configurationFile={d / 'log4j.properties'}" if self.dist.major >= 4
+                    else f"-Dlog4j.configuration=file:{d / 'log4j.properties'}")
+        return ["java", *JVM_OPTS, log_flag, f"-Dkafka.logs.dir={d}",
+                "-cp", self.dist.classpath, main, *args]
+
+    def _format(self, node: int) -> None:
+        d = self.node_dir(node)
+        proc = subprocess.run(
+            self._java(node, "kafka.tools.StorageTool", "format", "-t",
+                       self.topology.cluster_id, "-c", str(d / "server.properties")),
+            capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise SetupError(f"formatting node {node}'s storage failed: "
+                             f"{(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
+
+    def _start_node(self, node: int) -> None:
+        d = self.node_dir(node)
+        self.pids[f"node{node}"] = procs.spawn(
+            self._java(node, "kafka.Kafka", str(d / "server.properties")),
+            d / "stdout.log", owned=self.owned)
+        self.down_nodes.discard(node)
+
+    # ---- readiness -------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return self.topology.bootstrap()
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
+                            "log_level": 3, "log.connection.close": False,
+                            "socket.connection.setup.timeout.ms": 5000})
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Ready: every node's JVM runs, every broker is registered, and a fresh topic
+        replicated to all nodes has its full ISR."""
+        deadline = time.monotonic() + timeout
+        admin = self.admin()
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            for node in self.topology.nodes:
+                if not procs.alive(self.pids.get(f"node{node}")):
+                    raise SetupError(f"node {node} exited during startup; see "
+                                     f"{self.node_dir(node) / 'server.log'}")
+            try:
+                meta = admin.list_topics(timeout=5)
+                if len(meta.brokers) == self.n:
+                    if self._probe_isr(admin):
+                        return
+                    last = "probe topic has not reached its full ISR"
+                else:
+                    last = f"{len(meta.brokers)} of {self.n} brokers registered"
+            except KafkaException as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        raise SetupError(f"cluster not ready after {timeout:.0f}s ({last}); node logs are in "
+                         f"{self.root}")
+
+    def _probe_isr(self, admin: AdminClient) -> bool:
+        topic = f"__onceproof_ready_{uuid.uuid4().hex[:8]}"
+        try:
+            admin.create_topics([NewTopic(topic, 1, self.n)])[topic].result(15)
+        except KafkaException:
+            return False
+        try:
+            for _ in range(40):
+                part = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
+                if part is not None and part.leader >= 0 and len(part.isrs) == self.n:
+                    return True
+                time.sleep(0.25)
+            return False
+        finally:
+            admin.delete_topics([topic])
+
+    # ---- node faults -----------------------------------------------------------------
+
+    def _pid(self, node: int) -> int | None:
+        if node not in (self.topology.nodes if self.topology else []):
+            raise SetupError(f"no node {node}: nodes are {self.topology.nodes}")
+        return self.pids.get(f"node{node}")
+
+    def kill(self, node: int) -> None:
+        procs.kill(self._pid(node))
+        self.down_nodes.add(node)
+        self._note({"fault": "kill", "node": node})
+
+    def pause(self, node: int) -> None:
+        pid = self._pid(node)
+        if procs.alive(pid):
+            procs.signal_pid(pid, 19)  # SIGSTOP
+            self._note({"fault": "pause", "node": node})
+
+    def resume(self, node: int) -> None:
+        pid = self._pid(node)
+        if procs.alive(pid):
+            procs.signal_pid(pid, 18)  # SIGCONT
+        self._forget(lambda f: f["fault"] == "pause" and f["node"] == node)
+
+    def stop(self, node: int) -> None:
+        procs.stop(self._pid(node))
+        self.down_nodes.add(node)
+        self._note({"fault": "stop", "node": node})
+
+    def start(self, node: int) -> None:
+        if not procs.alive(self._pid(node)):
+            self._start_node(node)
+        self._forget(lambda f: f["fault"] in ("kill", "stop", "wipe") and f["node"] == node)
+
+    def restart(self, node: int) -> None:
+        self.stop(node)
+        self.start(node)
+
+    def wipe(self, node: int) -> None:
+        """Lose a node's disk: kill it, delete its data, format it afresh, leave it down."""
+        self.kill(node)
+        shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
+        (self.node_dir(node) / "data").mkdir()
+        self._format(node)
+        self._note({"fault": "wipe", "node": node})
+
+    # ---- network faults --------------------------------------------------------------
+
+    def partition(self, sides: list[list[int]]) -> list[str]:
+        """Cut every node-to-node link that crosses the partition, in both directions.
+        Clients still reach every node: a partition is between nodes."""
+        cut = [link.name for link in self.topology.crossing(sides)]
+        for name in cut:
+            self.toxi.set_enabled(name, False)
+        self._note({"fault": "partition", "sides": sides, "links": cut})
+        return cut
+
+    def isolate(self, node: int) -> list[str]:
+        return self.partition([[node]])
+
+    def cut_clients(self, nodes: list[int] | None = None) -> list[str]:
+        """Clients can no longer reach the given nodes (all by default)."""
+        cut = [f"client-{n}" for n in (nodes or self.topology.nodes)]
+        for name in cut:
+            self.toxi.set_enabled(name, False)
+        self._note({"fault": "cut_clients", "links": cut})
+        return cut
+
+    def links_of(self, node: int | None = None, kinds: tuple[str, ...] = ("client", "repl", "ctl")
+                 ) -> list[Link]:
+        """Links into or out of node (every link when node is None), of the given kinds."""
+        return [l for l in self.topology.links if l.kind in kinds
+                and (node is None or node in (l.src, l.dst))]
+
+    def toxic(self, type: str, links: list[str], attributes: dict | None = None,
+              streams: tuple[str, ...] = ("upstream", "downstream"), toxicity: float = 1.0
+              ) -> None:
+        if type not in TOXICS:
+            raise SetupError(f"unknown toxic {type!r}: use one of {', '.join(sorted(TOXICS))}")
+        known = {l.name for l in self.topology.links}
+        for name in links:
+            if name not in known:
+                raise SetupError(f"no link {name!r}: links are named like client-1, repl-1-2, ctl-1-2")
+            for stream in streams:
+                self.toxi.add_toxic(name, type, stream, attributes, toxicity,
+                                    name=f"{type}_{stream}_{len(self.faults)}")
+        self._note({"fault": type, "links": links, "attributes": attributes or {}})
+
+    def latency(self, links: list[str], ms: int, jitter: int = 0) -> None:
+        self.toxic("latency", links, {"latency": ms, "jitter": jitter})
+
+    def reset_peer(self, links: list[str], timeout_ms: int = 0) -> None:
+        self.toxic("reset_peer", links, {"timeout": timeout_ms}, streams=("upstream",))
+
+    def slicer(self, links: list[str], average_size: int = 64, delay_us: int = 100) -> None:
+        self.toxic("slicer", links, {"average_size": average_size, "size_variation": average_size // 2,
+                                     "delay": delay_us}, streams=("downstream",))
+
+    def bandwidth(self, links: list[str], kb_per_s: int) -> None:
+        self.toxic("bandwidth", links, {"rate": kb_per_s})
+
+    def heal(self) -> None:
+        """Every proxy enabled, every toxic gone. Node faults stay."""
+        self.toxi.reset()
+        self._forget(lambda f: "links" in f)
+
+    def heal_all(self, timeout: float = 180.0) -> None:
+        """Undo every fault, network and node, and wait until the cluster is ready."""
+        self.heal()
+        for node in self.topology.nodes:
+            self.resume(node)
+            self.start(node)
+        self.faults.clear()
+        self.save_state()
+        self.wait_ready(timeout)
+
+    def _note(self, fault: dict) -> None:
+        self.faults.append(fault)
+        self.save_state()
+
+    def _forget(self, match) -> None:
+        self.faults = [f for f in self.faults if not match(f)]
+        self.save_state()
+
+    # ---- state -----------------------------------------------------------------------
+
+    def save_state(self) -> None:
+        if not self.topology:
+            return
+        state = {
+            "root": str(self.root), "nodes": self.topology.nodes, "owned": self.owned,
+            "kafka_version": self.dist.version if self.dist else None,
+            "cluster_id": self.topology.cluster_id, "bootstrap": self.bootstrap,
+            "toxiproxy_api": self.topology.toxiproxy_api, "pids": self.pids,
+            "links": [{"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
+                       "listen": l.listen, "upstream": l.upstream} for l in self.topology.links],
+            "ports": {n: {"client": p.client, "controller": p.controller, "repl": p.repl}
+                      for n, p in self.topology.ports.items()},
+            "faults": self.faults,
+        }
+        tmp = self.root / "state.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, self.root / "state.json")
+
+
+def load_state(root: str | Path) -> dict | None:
+    path = Path(root) / "state.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise SetupError(f"{path} is unreadable; remove {root} and run `onceproof cluster up`") from None
+
+
+def status(root: str | Path) -> dict:
+    """What a detached cluster looks like now: processes, proxies and their toxics, faults."""
+    state = load_state(root)
+    if state is None:
+        return {"running": False, "root": str(root)}
+    nodes = []
+    for node in state["nodes"]:
+        pid = state["pids"].get(f"node{node}")
+        nodes.append({"node": node, "pid": pid, "alive": procs.alive(pid),
+                      "paused": procs.paused(pid)})
+    proxies: dict = {}
+    tox_pid = state["pids"].get("toxiproxy")
+    if procs.alive(tox_pid):
+        try:
+            proxies = Toxi(HOST, state["toxiproxy_api"]).proxies()
+        except SetupError:
+            proxies = {}
+    return {"running": any(n["alive"] for n in nodes), "root": state["root"],
+            "kafka_version": state["kafka_version"], "bootstrap": state["bootstrap"],
+            "toxiproxy": {"pid": tox_pid, "alive": procs.alive(tox_pid),
+                          "api": f"{HOST}:{state['toxiproxy_api']}"},
+            "nodes": nodes, "proxies": proxies, "faults": state["faults"]}
+
+
+def stop_detached(root: str | Path) -> int:
+    """Stop every process a state file names; returns how many were running."""
+    state = load_state(root)
+    if state is None:
+        return 0
+    running = [pid for pid in state["pids"].values() if procs.alive(pid)]
+    for pid in running:
+        procs.kill(pid)
+    return len(running)

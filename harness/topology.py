@@ -1,0 +1,145 @@
+"""Where every byte between clients and nodes flows: one toxiproxy proxy per directed link.
+
+A toxiproxy proxy guards only its destination, so disabling "the proxy of node 1" would stop
+traffic *to* node 1 while node 1 still reaches the others. To cut both directions, each
+ordered pair of nodes gets its own proxies:
+
+- ``client-i``: clients -> node i (node i advertises its CLIENT listener at this proxy);
+- ``repl-j-i``: node j -> node i for inter-broker traffic (replication fetches, transaction
+  markers). Broker j's inter-broker listener is ``REPL_FROM_j``; every broker i binds a
+  ``REPL_FROM_j`` listener and advertises it at ``repl-j-i``, so j reaches i only there;
+- ``ctl-j-i``: node j -> node i for KRaft controller traffic. Each node's own
+  ``controller.quorum.voters`` names the other voters at the proxies from that node.
+
+A node reaches itself directly: that is no network link, and a partition never cuts it.
+"""
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass, field
+
+import portpicker
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link that a proxy carries: src is a node id, or 0 for the clients."""
+    kind: str  # "client", "repl" or "ctl"
+    src: int
+    dst: int
+    listen: int  # the proxy's port
+    upstream: int  # the real port on dst
+
+    @property
+    def name(self) -> str:
+        return f"client-{self.dst}" if self.kind == "client" else f"{self.kind}-{self.src}-{self.dst}"
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    client: int
+    controller: int
+    repl: dict[int, int]  # source node -> the port this node listens on for that source
+
+
+@dataclass
+class Topology:
+    nodes: list[int]
+    ports: dict[int, NodePorts]
+    links: list[Link]
+    toxiproxy_api: int
+    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(
+        uuid.uuid4().bytes).decode().rstrip("="))
+
+    @classmethod
+    def allocate(cls, n: int) -> "Topology":
+        nodes = list(range(1, n + 1))
+        pick = portpicker.pick_unused_port
+        ports = {i: NodePorts(pick(), pick(), {j: pick() for j in nodes}) for i in nodes}
+        links = [Link("client", 0, i, pick(), ports[i].client) for i in nodes]
+        for j in nodes:
+            for i in nodes:
+                if i != j:
+                    links.append(Link("repl", j, i, pick(), ports[i].repl[j]))
+                    links.append(Link("ctl", j, i, pick(), ports[i].controller))
+        return cls(nodes, ports, links, pick())
+
+    def link(self, kind: str, src: int, dst: int) -> Link:
+        for link in self.links:
+            if (link.kind, link.src, link.dst) == (kind, src, dst):
+                return link
+        raise KeyError((kind, src, dst))
+
+    def crossing(self, sides: list[list[int]]) -> list[Link]:
+        """The node-to-node links whose two ends lie on different sides of a partition.
+
+        Nodes named on no side form a side of their own, so ``[[1]]`` isolates node 1.
+        """
+        side_of = {node: k for k, side in enumerate(sides) for node in side}
+        rest = len(sides)
+        return [l for l in self.links if l.kind != "client"
+                and side_of.get(l.src, rest) != side_of.get(l.dst, rest)]
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{self.link('client', 0, i).listen}" for i in self.nodes)
+
+    def server_properties(self, node: int, data_dir: str, overrides: dict | None = None) -> dict:
+        p = self.ports[node]
+        repl_names = [f"REPL_FROM_{j}" for j in self.nodes]
+        listeners = [f"CLIENT://{HOST}:{p.client}", f"CONTROLLER://{HOST}:{p.controller}"]
+        listeners += [f"REPL_FROM_{j}://{HOST}:{p.repl[j]}" for j in self.nodes]
+        advertised = [f"CLIENT://{HOST}:{self.link('client', 0, node).listen}"]
+        advertised += [
+            f"REPL_FROM_{j}://{HOST}:{p.repl[j] if j == node else self.link('repl', j, node).listen}"
+            for j in self.nodes]
+        voters = [
+            f"{i}@{HOST}:{self.ports[i].controller if i == node else self.link('ctl', node, i).listen}"
+            for i in self.nodes]
+        n = len(self.nodes)
+        rf = min(3, n)
+        isr = max(1, rf - 1)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
+            "inter.broker.listener.name": f"REPL_FROM_{node}",
+            "listener.security.protocol.map": ",".join(
+                f"{name}:PLAINTEXT" for name in ["CLIENT", "CONTROLLER", *repl_names]),
+            "controller.quorum.voters": ",".join(voters),
+            "log.dirs": data_dir,
+            "num.partitions": 1,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": 3,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "transaction.state.log.num.partitions": 3,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+            "auto.create.topics.enable": "false",
+            "unclean.leader.election.enable": "false",
+            "group.initial.rebalance.delay.ms": 0,
+            # Test-friendly timings: faults should show within seconds, not minutes.
+            "replica.lag.time.max.ms": 4000,
+            "broker.heartbeat.interval.ms": 500,
+            "broker.session.timeout.ms": 4000,
+            "controller.quorum.election.timeout.ms": 1000,
+            "controller.quorum.fetch.timeout.ms": 2000,
+            "controller.quorum.request.timeout.ms": 2000,
+            "replica.socket.timeout.ms": 5000,
+            "controller.socket.timeout.ms": 5000,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 2000,
+            "transaction.max.timeout.ms": 120000,
+            "log.segment.bytes": 16 * 1024 * 1024,
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "background.threads": 2,
+        }
+        props.update(overrides or {})
+        return props
