@@ -8,8 +8,13 @@ ordered pair of nodes gets its own proxies:
 - ``repl-j-i``: node j -> node i for inter-broker traffic (replication fetches, transaction
   markers). Broker j's inter-broker listener is ``REPL_FROM_j``; every broker i binds a
   ``REPL_FROM_j`` listener and advertises it at ``repl-j-i``, so j reaches i only there;
-- ``ctl-j-i``: node j -> node i for KRaft controller traffic. Each node's own
-  ``controller.quorum.voters`` names the other voters at the proxies from that node.
+- ``ctl-j-i``: node j -> node i for KRaft controller traffic (Raft fetches and votes,
+  broker heartbeats). The same trick: every node binds a ``CTL_FROM_j`` controller listener
+  per source j and advertises it at ``ctl-j-i``; node j names ``CTL_FROM_j`` first in its
+  ``controller.listener.names``, and its ``controller.quorum.voters`` names the proxies.
+  Advertising matters: since KIP-853 a Raft leader tells followers its own endpoints,
+  and an unadvertised listener is announced at its real port, which bypassed the proxy
+  (seen on 4.3.1: a partitioned leader kept its followers).
 
 A node reaches itself directly: that is no network link, and a partition never cuts it.
 """
@@ -41,8 +46,8 @@ class Link:
 @dataclass(frozen=True)
 class NodePorts:
     client: int
-    controller: int
-    repl: dict[int, int]  # source node -> the port this node listens on for that source
+    controller: dict[int, int]  # source node -> the port this node listens on for that source
+    repl: dict[int, int]
 
 
 @dataclass
@@ -58,13 +63,14 @@ class Topology:
     def allocate(cls, n: int) -> "Topology":
         nodes = list(range(1, n + 1))
         pick = portpicker.pick_unused_port
-        ports = {i: NodePorts(pick(), pick(), {j: pick() for j in nodes}) for i in nodes}
+        ports = {i: NodePorts(pick(), {j: pick() for j in nodes}, {j: pick() for j in nodes})
+                 for i in nodes}
         links = [Link("client", 0, i, pick(), ports[i].client) for i in nodes]
         for j in nodes:
             for i in nodes:
                 if i != j:
                     links.append(Link("repl", j, i, pick(), ports[i].repl[j]))
-                    links.append(Link("ctl", j, i, pick(), ports[i].controller))
+                    links.append(Link("ctl", j, i, pick(), ports[i].controller[j]))
         return cls(nodes, ports, links, pick())
 
     def link(self, kind: str, src: int, dst: int) -> Link:
@@ -88,28 +94,32 @@ class Topology:
 
     def server_properties(self, node: int, data_dir: str, overrides: dict | None = None) -> dict:
         p = self.ports[node]
+        def via(kind: str, src: int, dst: int, real: int) -> int:
+            return real if src == dst else self.link(kind, src, dst).listen
         repl_names = [f"REPL_FROM_{j}" for j in self.nodes]
-        listeners = [f"CLIENT://{HOST}:{p.client}", f"CONTROLLER://{HOST}:{p.controller}"]
+        ctl_names = [f"CTL_FROM_{node}"] + [f"CTL_FROM_{j}" for j in self.nodes if j != node]
+        listeners = [f"CLIENT://{HOST}:{p.client}"]
+        listeners += [f"CTL_FROM_{j}://{HOST}:{p.controller[j]}" for j in self.nodes]
         listeners += [f"REPL_FROM_{j}://{HOST}:{p.repl[j]}" for j in self.nodes]
         advertised = [f"CLIENT://{HOST}:{self.link('client', 0, node).listen}"]
-        advertised += [
-            f"REPL_FROM_{j}://{HOST}:{p.repl[j] if j == node else self.link('repl', j, node).listen}"
-            for j in self.nodes]
-        voters = [
-            f"{i}@{HOST}:{self.ports[i].controller if i == node else self.link('ctl', node, i).listen}"
-            for i in self.nodes]
+        advertised += [f"CTL_FROM_{j}://{HOST}:{via('ctl', j, node, p.controller[j])}"
+                       for j in self.nodes]
+        advertised += [f"REPL_FROM_{j}://{HOST}:{via('repl', j, node, p.repl[j])}"
+                       for j in self.nodes]
+        voters = [f"{i}@{HOST}:{via('ctl', node, i, self.ports[i].controller[node])}"
+                  for i in self.nodes]
         n = len(self.nodes)
         rf = min(3, n)
         isr = max(1, rf - 1)
         props = {
             "process.roles": "broker,controller",
             "node.id": node,
-            "controller.listener.names": "CONTROLLER",
+            "controller.listener.names": ",".join(ctl_names),
             "listeners": ",".join(listeners),
             "advertised.listeners": ",".join(advertised),
             "inter.broker.listener.name": f"REPL_FROM_{node}",
             "listener.security.protocol.map": ",".join(
-                f"{name}:PLAINTEXT" for name in ["CLIENT", "CONTROLLER", *repl_names]),
+                f"{name}:PLAINTEXT" for name in ["CLIENT", *ctl_names, *repl_names]),
             "controller.quorum.voters": ",".join(voters),
             "log.dirs": data_dir,
             "num.partitions": 1,
