@@ -1,0 +1,437 @@
+"""The clients a plan runs, one class per role, each recording what it does as history ops.
+
+Each client is driven by one thread at a time (the runner runs a client's ops in order),
+and each op is bounded by client timeouts, so a paused or partitioned broker delays a
+round but never hangs it. An op that is not legal in the client's current state (a commit
+with no open transaction, which shrinking can produce) is skipped and recorded nowhere.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,
+                             Producer, TopicPartition)
+
+from .history import HistoryWriter
+from .outcomes import commit_outcome, describe, error_of, send_outcome
+
+QUIET = {"log_level": 0, "log.connection.close": False}
+OP_TIMEOUT = 20.0
+
+
+@dataclass
+class RunContext:
+    """What every client of one run shares: where to record, and how plan names map to
+    this run's fresh topics, groups and transactional ids."""
+    writer: HistoryWriter
+    bootstrap: str
+    suffix: str
+    partitions: dict[str, int]  # plan topic -> partition count
+    _values: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def topic(self, name: str) -> str:
+        return f"{name}-{self.suffix}"
+
+    def plan_topic(self, real: str) -> str:
+        return real[: -len(self.suffix) - 1]
+
+    def value(self) -> int:
+        with self._lock:
+            return next(self._values)
+
+
+class Client:
+    role = ""
+
+    def __init__(self, cid: str, spec: dict, plan: dict, ctx: RunContext):
+        self.cid, self.spec, self.plan, self.ctx = cid, spec, plan, ctx
+        self.w = ctx.writer
+        self.topic = spec.get("topic") or next(iter(plan["topics"]))
+
+    def run(self, op: dict) -> None:
+        getattr(self, "op_" + op["f"])(op)
+
+    def close(self) -> None:
+        pass
+
+
+def _producer_config(ctx: RunContext, plan: dict, spec: dict, extra: dict | None = None) -> dict:
+    from workloads.plan import DEFAULT_PRODUCER
+    return {**DEFAULT_PRODUCER, **plan.get("producer", {}), **spec.get("config", {}),
+            **(extra or {}), "bootstrap.servers": ctx.bootstrap, **QUIET}
+
+
+def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict],
+          ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT) -> tuple[str, list]:
+    """Produce records as one send op; return its outcome and the errors seen."""
+    op = w.invoke(process, "send", {"records": records}, txn=txn)
+    out = [dict(r, offset=None) for r in records]
+    errors: list[KafkaError | None] = [None] * len(records)
+    delivered = [False] * len(records)
+
+    def on_delivery(i):
+        def cb(err, msg):
+            if err is None:
+                delivered[i], out[i]["offset"] = True, msg.offset()
+            else:
+                errors[i] = err
+        return cb
+
+    for i, r in enumerate(records):
+        try:
+            producer.produce(ctx.topic(r["topic"]), value=str(r["value"]).encode(),
+                             key=(r["key"] or "").encode(), partition=r["partition"],
+                             on_delivery=on_delivery(i))
+        except BufferError:
+            errors[i] = KafkaError(KafkaError._QUEUE_FULL)
+        except KafkaException as exc:
+            errors[i] = error_of(exc)
+    producer.flush(timeout)
+    outcome = send_outcome(errors, delivered)
+    first = next((e for e in errors if e is not None), None)
+    w.complete(op, outcome, {"records": out},
+               None if outcome == "ok" else describe(first) if first else "delivery not confirmed in time")
+    return outcome, errors
+
+
+def _records(ctx: RunContext, cid: str, topic: str, op: dict, n_default: int = 1) -> list[dict]:
+    parts = ctx.partitions[topic]
+    records = []
+    for _ in range(op.get("n", n_default)):
+        v = ctx.value()
+        p = op["partition"] % parts if "partition" in op else v % parts
+        records.append({"topic": topic, "partition": p, "key": cid, "value": v})
+    return records
+
+
+class PlainProducer(Client):
+    """Sends outside transactions, with whatever idempotence, acks and retries the plan sets."""
+    role = "producer"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.producer = Producer(_producer_config(self.ctx, self.plan, self.spec))
+
+    def op_send(self, op):
+        _send(self.w, self.producer, self.cid, _records(self.ctx, self.cid, self.topic, op), self.ctx)
+
+    def close(self):
+        self.producer.flush(5)
+
+
+class TxnProducer(Client):
+    """A transactional producer: begin, send, commit or abort, one transaction at a time.
+
+    After an abortable error the application must abort, and does so at its next commit.
+    After a fatal error (fenced, for instance) the producer is replaced by a new one with
+    the same transactional id, as an application restarting would do; its
+    init_transactions aborts whatever the old one left open."""
+    role = "txn_producer"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.tid = f"tx-{self.cid}-{self.ctx.suffix}"
+        self.producer = None
+        self.txn: str | None = None
+        self.must_abort = False
+        self.count = 0
+
+    def _ensure(self) -> bool:
+        if self.producer is not None:
+            return True
+        producer = Producer(_producer_config(self.ctx, self.plan, self.spec, {
+            "transactional.id": self.tid, "transaction.timeout.ms": 20000}))
+        try:
+            producer.init_transactions(OP_TIMEOUT)
+        except KafkaException:
+            return False
+        self.producer = producer
+        return True
+
+    def _on_error(self, err: KafkaError | None) -> None:
+        if err is not None and err.fatal():
+            self.producer, self.txn = None, None
+        elif err is not None and err.txn_requires_abort():
+            self.must_abort = True
+
+    def op_begin(self, op):
+        if self.txn is not None or not self._ensure():
+            return
+        self.count += 1
+        txn = f"{self.cid}/{self.count}"
+        h = self.w.invoke(self.cid, "begin_txn", {"tid": self.tid}, txn=txn)
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            self.w.fail(h, describe(error_of(exc) or exc))  # begin is local: nothing happened
+            self._on_error(error_of(exc))
+            return
+        self.w.ok(h, {"tid": self.tid})
+        self.txn, self.must_abort = self.txn or txn, False
+
+    def op_send(self, op):
+        if self.txn is None or self.must_abort:
+            return
+        _, errors = _send(self.w, self.producer, self.cid,
+                          _records(self.ctx, self.cid, self.topic, op), self.ctx, txn=self.txn)
+        for err in errors:
+            self._on_error(err)
+
+    def op_commit(self, op) -> bool:
+        """Returns whether the transaction certainly committed."""
+        if self.txn is None:
+            return False
+        if self.must_abort:
+            self.op_abort(op)
+            return False
+        h = self.w.invoke(self.cid, "commit_txn", {}, txn=self.txn)
+        try:
+            self.producer.commit_transaction(OP_TIMEOUT)
+            self.w.ok(h)
+            self.txn = None
+            return True
+        except KafkaException as exc:
+            err = error_of(exc)
+            self.w.complete(h, commit_outcome(err) if err else "info", {}, describe(err or exc))
+            if err is not None and err.txn_requires_abort():
+                self._abort_quietly()
+            self._on_error(err if err is not None and err.fatal() else None)
+        self.txn = None
+        return False
+
+    def op_abort(self, op):
+        if self.txn is None:
+            return
+        h = self.w.invoke(self.cid, "abort_txn", {}, txn=self.txn)
+        try:
+            self.producer.abort_transaction(OP_TIMEOUT)
+            self.w.ok(h)
+        except KafkaException as exc:
+            # An abort never commits; a new producer with this id finishes the job.
+            self.w.info(h, describe(error_of(exc) or exc))
+            self.producer = None
+        self.txn, self.must_abort = None, False
+
+    def _abort_quietly(self) -> None:
+        try:
+            self.producer.abort_transaction(OP_TIMEOUT)
+        except KafkaException:
+            self.producer = None
+
+    def close(self):
+        self.producer = None
+
+
+class TopicConsumer(Client):
+    """A consumer assigned every partition of its topic, in its own group."""
+    role = "consumer"
+
+    def __init__(self, *a, topic: str | None = None, final: bool = False):
+        super().__init__(*a)
+        from workloads.plan import DEFAULT_CONSUMER
+        self.topic = topic or self.topic
+        self.final = final
+        self.group = f"{self.spec.get('group', self.cid)}-{self.ctx.suffix}"
+        config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
+        self.isolation = config["isolation.level"]
+        self.consumer = Consumer({**config, "bootstrap.servers": self.ctx.bootstrap,
+                                  "group.id": self.group, "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", **QUIET})
+        self.tps = [TopicPartition(self.ctx.topic(self.topic), p)
+                    for p in range(self.ctx.partitions[self.topic])]
+        parts = [{"topic": self.topic, "partition": p} for p in range(len(self.tps))]
+        h = self.w.invoke(self.cid, "assign", {"partitions": parts}, final=final)
+        self.consumer.assign(self.tps)
+        self.w.ok(h, {"partitions": parts})
+
+    def _tp(self, tp: TopicPartition) -> dict:
+        return {"topic": self.ctx.plan_topic(tp.topic), "partition": tp.partition}
+
+    def op_poll(self, op, txn: str | None = None) -> list[dict]:
+        h = self.w.invoke(self.cid, "poll", {"isolation": self.isolation, "group": self.group},
+                          txn=txn, final=self.final)
+        try:
+            msgs = self.consumer.consume(op.get("n", 10), op.get("timeout", 1.0))
+        except KafkaException as exc:
+            self.w.fail(h, describe(error_of(exc) or exc))
+            return []
+        records = [{"topic": self.ctx.plan_topic(m.topic()), "partition": m.partition(),
+                    "offset": m.offset(), "key": (m.key() or b"").decode() or None,
+                    "value": int(m.value())} for m in msgs if m.error() is None]
+        self.w.ok(h, {"isolation": self.isolation, "records": records})
+        return records
+
+    def _low(self, tp: TopicPartition) -> int:
+        return self.consumer.get_watermark_offsets(tp, timeout=10)[0]
+
+    def seek_to(self, offsets: list[TopicPartition], txn: str | None = None) -> None:
+        """Move positions; recorded as a seek with the absolute offsets it resolved to."""
+        positions = [dict(self._tp(tp), offset=tp.offset) for tp in offsets]
+        h = self.w.invoke(self.cid, "seek", {"positions": positions}, txn=txn, final=self.final)
+        try:
+            # Assigning with explicit offsets sets positions whether or not fetching has
+            # started, which seek() does not.
+            self.consumer.assign(offsets)
+        except KafkaException as exc:
+            self.w.fail(h, describe(error_of(exc) or exc))
+            return
+        self.w.ok(h, {"positions": positions})
+
+    def resolve(self, to: str, back: int = 0) -> list[TopicPartition] | None:
+        try:
+            if to == "committed":
+                committed = self.consumer.committed(self.tps, timeout=5)
+                if any(tp.error is not None for tp in committed):
+                    return None
+                return [TopicPartition(tp.topic, tp.partition,
+                                       tp.offset if tp.offset >= 0 else self._low(tp))
+                        for tp in committed]
+            if to == "beginning":
+                return [TopicPartition(tp.topic, tp.partition, self._low(tp)) for tp in self.tps]
+            positions = self.consumer.position(self.tps)
+            return [TopicPartition(tp.topic, tp.partition,
+                                   max(self._low(tp), (tp.offset if tp.offset >= 0 else 0) - back))
+                    for tp in positions]
+        except KafkaException:
+            return None
+
+    def op_seek(self, op):
+        offsets = self.resolve(op["to"], op.get("back", 1))
+        if offsets is not None:
+            self.seek_to(offsets)
+
+    def commit_positions(self, op=None) -> None:
+        positions = [tp for tp in self.consumer.position(self.tps) if tp.offset >= 0]
+        if not positions:
+            return
+        offsets = [dict(self._tp(tp), offset=tp.offset) for tp in positions]
+        h = self.w.invoke(self.cid, "commit_offsets", {"group": self.group, "offsets": offsets})
+        try:
+            result = self.consumer.commit(offsets=positions, asynchronous=False)
+            errs = [tp.error for tp in result or [] if tp.error is not None]
+            if errs:
+                self.w.info(h, describe(errs[0]))
+            else:
+                self.w.ok(h, {"group": self.group, "offsets": offsets})
+        except KafkaException as exc:
+            self.w.info(h, describe(error_of(exc) or exc))
+
+    op_commit_offsets = commit_positions
+
+    def op_fetch_offsets(self, op):
+        parts = [self._tp(tp) for tp in self.tps]
+        h = self.w.invoke(self.cid, "fetch_offsets", {"group": self.group, "partitions": parts})
+        try:
+            committed = self.consumer.committed(self.tps, timeout=10)
+        except KafkaException as exc:
+            self.w.fail(h, describe(error_of(exc) or exc))
+            return
+        self.w.ok(h, {"group": self.group, "offsets": [
+            dict(self._tp(tp), offset=tp.offset if tp.offset >= 0 else None) for tp in committed]})
+
+    def close(self):
+        self.consumer.close()
+
+
+class Pipeline(TxnProducer):
+    """Consume-transform-produce: read input, write one output record per input record
+    (its `source`), and commit the input offsets in the same transaction.
+
+    Plan config flips the two things a correct application must do, so known-bad
+    applications can be tested: `offsets_in_txn` (else offsets are committed by the
+    consumer after the transaction commits) and `rewind_on_abort` (else the consumer
+    keeps its position after an abort and the aborted input is never processed again).
+    An op may ask for `abort` (the application aborts) or `crash` (the process dies at
+    its most harmful point and restarts with new clients)."""
+    role = "pipeline"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        from workloads.plan import DEFAULT_PIPELINE
+        self.config = {**DEFAULT_PIPELINE, **self.spec.get("pipeline", {})}
+        self.input, self.output = self.spec["input"], self.spec["output"]
+        self._new_consumer()
+
+    def _new_consumer(self):
+        spec = dict(self.spec, group=self.spec.get("group", self.cid),
+                    config={"isolation.level": "read_committed"})
+        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, topic=self.input)
+
+    def _crash(self):
+        # Drop both clients without committing or aborting anything, then come back the
+        # way a restarted process would: a new consumer in the same group starts from the
+        # committed offsets; a new producer with the same id fences the old one.
+        self.reader.consumer.close()
+        self.producer, self.txn, self.must_abort = None, None, False
+        self._new_consumer()
+
+    def op_process(self, op):
+        self.op_begin(op)
+        if self.txn is None:
+            return
+        txn = self.txn
+        inputs = self.reader.op_poll({"n": op.get("n", 5), "timeout": op.get("timeout", 1.0)}, txn=txn)
+        out_parts = self.ctx.partitions[self.output]
+        outputs = [{"topic": self.output, "partition": r["partition"] % out_parts, "key": r["key"],
+                    "value": self.ctx.value(), "source": r["value"]} for r in inputs]
+        if outputs:
+            _, errors = _send(self.w, self.producer, self.cid, outputs, self.ctx, txn=txn)
+            for err in errors:
+                self._on_error(err)
+        positions = [tp for tp in self.reader.consumer.position(self.reader.tps) if tp.offset >= 0]
+        if self.config["offsets_in_txn"] and positions and not self.must_abort and self.producer:
+            self._send_offsets(txn, positions)
+        if op.get("crash") and self.config["offsets_in_txn"]:
+            return self._crash()
+        if op.get("abort") or self.must_abort or self.producer is None:
+            self.op_abort(op)
+            committed = False
+        else:
+            committed = self.op_commit(op)
+        if committed and not self.config["offsets_in_txn"]:
+            if op.get("crash"):
+                return self._crash()
+            self.reader.commit_positions()
+        if not committed and self.config["rewind_on_abort"]:
+            self._rewind()
+
+    def _rewind(self) -> None:
+        """Go back to the committed offsets, so aborted input is processed again. Right
+        after an abort the group may still hold pending transactional offsets, which a
+        read_committed fetch refuses until the abort markers land: retry for a while,
+        and if that fails, restart the consumer, which starts from the committed offsets."""
+        deadline = time.monotonic() + OP_TIMEOUT
+        while time.monotonic() < deadline:
+            offsets = self.reader.resolve("committed")
+            if offsets is not None:
+                self.reader.seek_to(offsets)
+                return
+            time.sleep(0.2)
+        self.reader.close()
+        self._new_consumer()
+
+    def _send_offsets(self, txn: str, positions: list[TopicPartition]) -> None:
+        offsets = [dict(self.reader._tp(tp), offset=tp.offset) for tp in positions]
+        value = {"group": self.reader.group, "offsets": offsets}
+        h = self.w.invoke(self.cid, "send_offsets", value, txn=txn)
+        try:
+            self.producer.send_offsets_to_transaction(
+                positions, self.reader.consumer.consumer_group_metadata(), OP_TIMEOUT)
+            self.w.ok(h, value)
+        except KafkaException as exc:
+            err = error_of(exc)
+            self.w.info(h, describe(err or exc))
+            self._on_error(err)
+            if err is None or not (err.fatal() or err.txn_requires_abort()):
+                self.must_abort = True
+
+    def close(self):
+        self.reader.close()
+        self.producer = None
+
+
+CLIENTS = {cls.role: cls for cls in (PlainProducer, TxnProducer, TopicConsumer, Pipeline)}

@@ -1,0 +1,210 @@
+"""Run a plan on a cluster and record the history: plan -> run -> history.
+
+A run has three phases:
+1. rounds and faults, as the plan lists them: in a round every named client runs its op,
+   all clients concurrently; a fault is applied between rounds and recorded as an op of
+   the nemesis;
+2. settle: every fault healed, every node running and the cluster ready; then wait until
+   each partition's last stable offset reaches its high watermark (a transaction left
+   open by a crashed client is aborted by its timeout);
+3. final reads: a fresh read_committed consumer reads every partition from the beginning
+   to the high watermark, then the watermarks are recorded, so the checkers can tell a
+   lost write from one nobody looked for.
+
+Each run uses fresh topics, consumer groups and transactional ids (a per-run suffix), so
+runs on a reused cluster do not see each other.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic, OffsetSpec
+
+from .clients import CLIENTS, RunContext, TopicConsumer
+from .cluster import Cluster
+from .errors import SetupError
+from .history import HistoryWriter
+from workloads.plan import PlanError, validate
+
+SETTLE_TIMEOUT = 60.0
+FINAL_READ_TIMEOUT = 60.0
+
+
+def run(plan: dict, cluster: Cluster, out_dir: str | Path,
+        on_step: Callable[[int, dict], None] | None = None) -> dict:
+    """Execute plan on cluster, writing out_dir/history.jsonl. Returns a summary."""
+    validate(plan)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = uuid.uuid4().hex[:8]
+    partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
+    with HistoryWriter(out / "history.jsonl") as writer:
+        ctx = RunContext(writer, cluster.bootstrap, suffix, partitions)
+        _create_topics(cluster, ctx, plan)
+        clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
+                   for cid, spec in plan["clients"].items()}
+        applied = 0
+        try:
+            with ThreadPoolExecutor(max(1, len(clients))) as pool:
+                for i, step in enumerate(plan["steps"]):
+                    if on_step:
+                        on_step(i, step)
+                    if "ops" in step:
+                        futures = [pool.submit(clients[cid].run, op) for cid, op in step["ops"].items()]
+                        for f in futures:
+                            f.result()
+                    else:
+                        apply_fault(cluster, ctx, step["fault"])
+                        applied += 1
+            if on_step:
+                on_step(len(plan["steps"]), {"settle": True})
+            for client in clients.values():
+                client.close()
+            _settle(cluster, ctx)
+            _final_reads(cluster, ctx, plan)
+        finally:
+            # Whatever happened, the next run gets a healthy cluster.
+            if cluster.faults or cluster.down_nodes:
+                cluster.heal_all()
+    return {"history": str(out / "history.jsonl"), "suffix": suffix, "faults": applied}
+
+
+def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
+    admin = cluster.admin()
+    rf = min(3, cluster.n)
+    new = [NewTopic(ctx.topic(name), spec["partitions"], rf) for name, spec in plan["topics"].items()]
+    for topic, fut in admin.create_topics(new).items():
+        try:
+            fut.result(30)
+        except KafkaException as exc:
+            raise SetupError(f"could not create topic {topic}: {exc}") from None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=10)
+        if all(t.topic in meta.topics and all(p.leader >= 0 for p in meta.topics[t.topic].partitions.values())
+               for t in new):
+            return
+        time.sleep(0.25)
+    raise SetupError("new topics got no leaders within 60s; see the node logs")
+
+
+def _node(cluster: Cluster, ctx: RunContext, ref) -> int:
+    """A plan names a node by id, or as "leader": the leader of the plan's first topic's
+    first partition at the moment the fault is applied."""
+    if ref == "leader":
+        topic = ctx.topic(next(iter(ctx.partitions)))
+        part = cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0]
+        return part.leader
+    if not isinstance(ref, int) or ref not in cluster.topology.nodes:
+        raise PlanError(f"fault names node {ref!r}, but the cluster has nodes "
+                        f"{cluster.topology.nodes}; use one of those or \"leader\"")
+    return ref
+
+
+def _links(cluster: Cluster, ctx: RunContext, fault: dict) -> list[str]:
+    """Toxics go on the client links of one node (`node`), or of every node."""
+    node = _node(cluster, ctx, fault["node"]) if "node" in fault else None
+    kinds = tuple(fault.get("kinds", ["client"]))
+    return [l.name for l in cluster.links_of(node, kinds)]
+
+
+def apply_fault(cluster: Cluster, ctx: RunContext, fault: dict) -> None:
+    f = fault["f"]
+    h = ctx.writer.invoke("nemesis", f, fault)
+    try:
+        resolved = dict(fault)
+        if "node" in fault and f not in ("latency", "reset_peer", "slicer", "bandwidth"):
+            resolved["node"] = node = _node(cluster, ctx, fault["node"])
+            {"isolate": cluster.isolate, "kill": cluster.kill, "pause": cluster.pause,
+             "resume": cluster.resume, "stop": cluster.stop, "start": cluster.start,
+             "restart": cluster.restart}[f](node)
+        elif f == "partition":
+            sides = [[_node(cluster, ctx, n) for n in side] for side in fault["sides"]]
+            resolved["sides"], resolved["links"] = sides, cluster.partition(sides)
+        elif f == "heal":
+            cluster.heal()
+        elif f == "cut_clients":
+            resolved["links"] = cluster.cut_clients(fault.get("nodes"))
+        elif f == "latency":
+            cluster.latency(_links(cluster, ctx, fault), fault["ms"], fault.get("jitter", 0))
+        elif f == "reset_peer":
+            cluster.reset_peer(_links(cluster, ctx, fault), fault.get("timeout_ms", 0))
+        elif f == "slicer":
+            cluster.slicer(_links(cluster, ctx, fault))
+        elif f == "bandwidth":
+            cluster.bandwidth(_links(cluster, ctx, fault), fault["kb_per_s"])
+        ctx.writer.ok(h, resolved)
+    except SetupError as exc:
+        ctx.writer.info(h, str(exc))
+        raise
+
+
+def _offsets(cluster: Cluster, tps: list[TopicPartition], isolation) -> dict:
+    admin = cluster.admin()
+    req = {tp: OffsetSpec.latest() for tp in tps}
+    futures = admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
+    return {(tp.topic, tp.partition): fut.result(15).offset for tp, fut in futures.items()}
+
+
+def _all_tps(ctx: RunContext) -> list[TopicPartition]:
+    return [TopicPartition(ctx.topic(t), p) for t, n in ctx.partitions.items() for p in range(n)]
+
+
+def _settle(cluster: Cluster, ctx: RunContext) -> None:
+    h = ctx.writer.invoke("nemesis", "heal", {"all": True})
+    cluster.heal_all()
+    ctx.writer.ok(h, {"all": True})
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            high = _offsets(cluster, _all_tps(ctx), IsolationLevel.READ_UNCOMMITTED)
+            lso = _offsets(cluster, _all_tps(ctx), IsolationLevel.READ_COMMITTED)
+            if high == lso:
+                return
+        except KafkaException:
+            pass
+        time.sleep(1)
+    # A transaction still hanging is an anomaly to report, not a harness failure: the
+    # watermarks recorded after the final reads show it.
+
+
+def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
+    """Read every partition of every topic from the beginning up to its high watermark,
+    then record the watermarks as the brokers report them: lso < high after settling
+    means a transaction is still open."""
+    lows = {}
+    for topic in ctx.partitions:
+        reader = TopicConsumer("final", {"config": {"isolation.level": "read_committed"}},
+                               plan, ctx, topic=topic, final=True)
+        try:
+            reader.seek_to(reader.resolve("beginning") or [])
+            goal = {tp.partition: reader.consumer.get_watermark_offsets(tp, timeout=10)
+                    for tp in reader.tps}
+            lows.update({(topic, p): low for p, (low, _) in goal.items()})
+            deadline = time.monotonic() + FINAL_READ_TIMEOUT
+            while time.monotonic() < deadline:
+                reader.op_poll({"n": 500, "timeout": 0.5})
+                positions = {tp.partition: tp.offset for tp in reader.consumer.position(reader.tps)}
+                # An empty partition has no position and nothing to read.
+                if all(high <= low or positions.get(p, -1) >= high for p, (low, high) in goal.items()):
+                    break
+        finally:
+            reader.close()
+    tps = _all_tps(ctx)
+    h = ctx.writer.invoke("final", "watermarks", {}, final=True)
+    try:
+        high = _offsets(cluster, tps, IsolationLevel.READ_UNCOMMITTED)
+        lso = _offsets(cluster, tps, IsolationLevel.READ_COMMITTED)
+    except KafkaException as exc:
+        ctx.writer.fail(h, str(exc))
+        return
+    ctx.writer.ok(h, {"partitions": [
+        {"topic": ctx.plan_topic(tp.topic), "partition": tp.partition,
+         "low": lows.get((ctx.plan_topic(tp.topic), tp.partition), 0),
+         "high": high[(tp.topic, tp.partition)], "lso": lso[(tp.topic, tp.partition)]}
+        for tp in tps]})
