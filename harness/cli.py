@@ -103,3 +103,109 @@ def status(root: str, as_json: bool) -> None:
     console.print(proxies)
     faults = [f"{f['fault']} {({k: v for k, v in f.items() if k != 'fault'})}" for f in st["faults"]]
     console.print("Active faults: " + ("; ".join(faults) if faults else "none"))
+
+
+nodes_option = click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")
+spark_option = click.option("--spark-master", envvar="ONCEPROOF_SPARK_MASTER", default=None,
+                            help="Spark master for the checkers (default: local).")
+artifacts_option = click.option("--artifacts", default="artifacts", show_default=True,
+                                help="Folder for plans, histories, verdicts and logs.")
+
+
+def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):
+    from pathlib import Path
+
+    from .cluster import Cluster
+    return Cluster(Path(artifacts) / "cluster", nodes, kafka_version)
+
+
+@main.command()
+@click.argument("plan_file", type=click.Path())
+@click.option("--runs", default=3, show_default=True, help="How many times to run the plan.")
+@nodes_option
+@kafka_version_option
+@spark_option
+@artifacts_option
+def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
+           spark_master: str | None, artifacts: str) -> None:
+    """Re-run a saved plan (plan.json, or a counterexample folder) on a fresh cluster and
+    report how many runs show the anomaly it was saved for."""
+    import json
+    from pathlib import Path
+
+    from checkers.spark import session
+    from workloads.plan import PlanError, load
+
+    from .trial import run_trial
+    path = Path(plan_file)
+    folder = path if path.is_dir() else path.parent
+    try:
+        plan = load(folder / "plan.json" if path.is_dir() else path)
+    except PlanError as exc:
+        raise SetupError(str(exc)) from None
+    saved = folder / "verdict.json"
+    wanted = ({t for t, n in json.loads(saved.read_text()).get("counts", {}).items() if n}
+              if saved.exists() else set())
+    spark = session(spark_master)
+    hits = 0
+    with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
+        for i in range(runs):
+            trial = run_trial(plan, cluster, Path(artifacts) / "replays" / f"run-{i + 1}", spark)
+            same = bool(trial.anomalies & wanted) if wanted else bool(trial.anomalies)
+            hits += same
+            click.echo(f"run {i + 1}/{runs}: {', '.join(sorted(trial.anomalies)) or 'valid'}"
+                       f"  ({trial.folder})")
+    target = ", ".join(sorted(wanted)) or "any anomaly"
+    click.echo(f"reproduced {target} in {hits} of {runs} runs")
+    sys.exit(1 if hits else 0)
+
+
+@main.command()
+@click.option("--only", multiple=True, help="Run only these suites (repeatable).")
+@click.option("--examples", default=8, show_default=True, help="Plans to try per suite.")
+@click.option("--budget", default=300.0, show_default=True,
+              help="Seconds per suite for searching and shrinking.")
+@click.option("--replays", default=2, show_default=True,
+              help="Replays of each counterexample to measure how often it reproduces.")
+@click.option("--seed", type=int, default=None, help="Derandomize Hypothesis with this seed.")
+@click.option("--json", "json_out", type=click.Path(), default=None, help="Also write rows as JSON.")
+@nodes_option
+@kafka_version_option
+@spark_option
+@artifacts_option
+def suites(only, examples, budget, replays, seed, json_out, nodes, kafka_version,
+           spark_master, artifacts) -> None:
+    """Hunt every known-bad configuration and check the known-good one; print the table."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from checkers.spark import session
+    from workloads.suites import SUITES
+
+    from .hunt import as_row, hunt
+    unknown = set(only) - set(SUITES)
+    if unknown:
+        raise SetupError(f"no suite {', '.join(sorted(unknown))}: suites are {', '.join(SUITES)}")
+    chosen = [SUITES[n] for n in (only or SUITES)]
+    spark = session(spark_master)
+    rows = []
+    with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
+        for suite in chosen:
+            click.echo(f"hunting {suite.name} ...", err=True)
+            rows.append(hunt(suite, cluster, artifacts, spark, examples, budget, replays, seed))
+    table = Table("suite", "expected anomaly", "caught", "examples", "time to first failure",
+                  "shrunk plan size", "reproduced", title="Known-bad and known-good suites")
+    for r in rows:
+        ok = "yes" if r.caught else "NO"
+        if r.suite.startswith("correct"):
+            ok = "passed" if r.caught else "FAILED"
+        table.add_row(r.suite, r.expect, ok, str(r.examples),
+                      f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
+                      str(r.shrunk_size or "-"), r.reproduced)
+    Console().print(table)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump([as_row(r) for r in rows], f, indent=1)
+    sys.exit(0 if all(r.caught for r in rows) else 1)

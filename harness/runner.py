@@ -118,7 +118,10 @@ def apply_fault(cluster: Cluster, ctx: RunContext, fault: dict) -> None:
     h = ctx.writer.invoke("nemesis", f, fault)
     try:
         resolved = dict(fault)
-        if "node" in fault and f not in ("latency", "reset_peer", "slicer", "bandwidth"):
+        if f in ("start", "resume") and fault.get("node") == "leader":
+            for node in cluster.topology.nodes:
+                getattr(cluster, f)(node)
+        elif "node" in fault and f not in ("latency", "reset_peer", "slicer", "bandwidth"):
             resolved["node"] = node = _node(cluster, ctx, fault["node"])
             {"isolate": cluster.isolate, "kill": cluster.kill, "pause": cluster.pause,
              "resume": cluster.resume, "stop": cluster.stop, "start": cluster.start,
@@ -131,7 +134,9 @@ def apply_fault(cluster: Cluster, ctx: RunContext, fault: dict) -> None:
         elif f == "cut_clients":
             resolved["links"] = cluster.cut_clients(fault.get("nodes"))
         elif f == "latency":
-            cluster.latency(_links(cluster, ctx, fault), fault["ms"], fault.get("jitter", 0))
+            cluster.toxic("latency", _links(cluster, ctx, fault),
+                          {"latency": fault["ms"], "jitter": fault.get("jitter", 0)},
+                          streams=tuple(fault.get("streams", ["upstream", "downstream"])))
         elif f == "reset_peer":
             cluster.reset_peer(_links(cluster, ctx, fault), fault.get("timeout_ms", 0))
         elif f == "slicer":

@@ -1,0 +1,85 @@
+"""Hunting a suite: let Hypothesis search for a plan that shows the suite's anomaly, shrink
+it within a time budget, then replay the smallest one to see how often it reproduces.
+
+Shrinking a plan against a real cluster costs a cluster run per attempt, so it stops at
+the budget: from then on every attempt is reported as passing without running, Hypothesis
+gives up (often calling the failure flaky, which for a nondeterministic system it is), and
+the smallest failure seen so far, kept by Counterexamples, is the result.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from workloads.plan import load, size
+from workloads.suites import Suite
+
+from .cluster import Cluster
+from .trial import Counterexamples, Trial, run_trial
+
+
+@dataclass
+class HuntResult:
+    suite: str
+    expect: str
+    caught: bool
+    examples: int
+    seconds_to_first: float | None
+    shrunk_size: int | None
+    reproduced: str
+    counterexample: str | None
+
+
+def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
+         max_examples: int = 10, budget: float = 600.0, replays: int = 2,
+         seed: int | None = None) -> HuntResult:
+    store = Counterexamples(Path(artifacts) / "counterexamples")
+    scratch = Path(artifacts) / "trials" / suite.name
+    started = time.monotonic()
+    state = {"n": 0, "first": None}
+
+    def caught(trial: Trial) -> bool:
+        if suite.known_good:
+            return not trial.verdict.valid
+        return bool(trial.anomalies & suite.expect)
+
+    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=seed is not None,
+              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
+              print_blob=False)
+    @given(suite.strategy(cluster.n))
+    def attempt(plan):
+        if time.monotonic() - started > budget:
+            return
+        state["n"] += 1
+        trial = run_trial(plan, cluster, scratch / f"{state['n']:04d}", spark)
+        if caught(trial):
+            if state["first"] is None:
+                state["first"] = time.monotonic() - started
+            store.offer(suite.name, trial, cluster)
+            raise AssertionError(f"{suite.name}: {sorted(trial.anomalies)}")
+
+    try:
+        attempt()
+    except BaseException as exc:  # the failure we asked for, or Hypothesis's flaky verdict
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+    folder = store.folder(suite.name)
+    found = (folder / "plan.json").exists()
+    reproduced = "-"
+    if found and replays:
+        hits = sum(caught(run_trial(load(folder / "plan.json"), cluster,
+                                    scratch / f"replay-{i}", spark)) for i in range(replays))
+        reproduced = f"{hits}/{replays}"
+    caught_it = (not found) if suite.known_good else found
+    return HuntResult(
+        suite=suite.name, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
+        caught=caught_it, examples=state["n"], seconds_to_first=state["first"],
+        shrunk_size=size(load(folder / "plan.json")) if found else None,
+        reproduced=reproduced, counterexample=str(folder) if found else None)
+
+
+def as_row(result: HuntResult) -> dict:
+    return asdict(result)

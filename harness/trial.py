@@ -1,0 +1,77 @@
+"""One trial: run a plan, check its history, and keep what a person needs to see a failure.
+
+A trial's folder holds plan.json, history.jsonl, verdict.json and a copy of the node and
+toxiproxy logs. Because the system under test is nondeterministic, a plan that failed
+once may pass when Hypothesis replays it; `Counterexamples` keeps the smallest failing
+plan it has seen per test, whatever Hypothesis concludes about flakiness.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads.plan import save, size
+
+from .cluster import Cluster
+from .runner import run
+
+
+@dataclass
+class Trial:
+    plan: dict
+    folder: Path
+    verdict: object  # checkers.Verdict
+    seconds: float
+
+    @property
+    def anomalies(self) -> set[str]:
+        return {t for t, n in self.verdict.counts.items() if n}
+
+
+def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark=None,
+              on_step=None) -> Trial:
+    from checkers import check
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save(plan, folder / "plan.json")
+    started = time.monotonic()
+    result = run(plan, cluster, folder, on_step=on_step)
+    verdict = check(result["history"], spark=spark)
+    (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
+    return Trial(plan, folder, verdict, time.monotonic() - started)
+
+
+def keep_logs(cluster: Cluster, folder: Path) -> None:
+    logs = folder / "logs"
+    logs.mkdir(exist_ok=True)
+    for node in cluster.topology.nodes:
+        src = cluster.node_dir(node) / "server.log"
+        if src.exists():
+            shutil.copy(src, logs / f"node{node}.log")
+    if (cluster.root / "toxiproxy.log").exists():
+        shutil.copy(cluster.root / "toxiproxy.log", logs / "toxiproxy.log")
+
+
+class Counterexamples:
+    """The smallest failing plan per name, saved under root/name/ with its evidence."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def folder(self, name: str) -> Path:
+        return self.root / name
+
+    def offer(self, name: str, trial: Trial, cluster: Cluster) -> bool:
+        """Keep trial if it is the first or the smallest failure seen for name."""
+        dest = self.folder(name)
+        current = dest / "plan.json"
+        if current.exists() and size(json.loads(current.read_text())) <= size(trial.plan):
+            return False
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(trial.folder, dest)
+        keep_logs(cluster, dest)
+        return True

@@ -1,0 +1,148 @@
+"""Hypothesis strategies for plans. They compose: `faults()` and `rounds()` are values a
+user can reuse, and `plans()` puts a workload's clients, rounds and faults together.
+
+Generated plans keep their structure meaningful under shrinking: a transaction is drawn
+as begin / sends / commit-or-abort in consecutive rounds, and a fault that needs undoing
+(pause, kill, a toxic) is drawn with its undo a few rounds later. Shrinking may still cut
+a plan into pieces that do not fit; the runner skips ops that are not legal in a client's
+state, so every shrunk plan still runs.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+NODE_FAULTS = ("kill", "pause", "restart")
+NET_FAULTS = ("partition", "isolate", "latency", "reset_peer", "slicer", "bandwidth")
+ALL_FAULTS = NODE_FAULTS + NET_FAULTS
+
+# What each workload runs: its topics and clients. Suites (workloads/suites.py) override
+# configs to make known-bad or known-good applications out of the same shapes.
+WORKLOADS = {
+    "producers": {
+        "topics": {"t": {"partitions": 2}},
+        "clients": {"p0": {"role": "producer"}, "p1": {"role": "producer"},
+                    "c0": {"role": "consumer"}},
+    },
+    "transactions": {
+        "topics": {"t": {"partitions": 2}},
+        "clients": {"t0": {"role": "txn_producer"}, "t1": {"role": "txn_producer"},
+                    "c0": {"role": "consumer"}},
+    },
+    "pipeline": {
+        "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
+        "clients": {"p0": {"role": "producer", "topic": "in"},
+                    "x0": {"role": "pipeline", "input": "in", "output": "out"},
+                    "c0": {"role": "consumer", "topic": "out"}},
+    },
+    "rewind": {
+        "topics": {"t": {"partitions": 2}},
+        "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"},
+                    "c1": {"role": "consumer", "group": "c0"}},
+    },
+}
+
+
+def node_refs(nodes: int) -> st.SearchStrategy:
+    return st.one_of(st.just("leader"), st.integers(1, nodes))
+
+
+def fault(kinds=ALL_FAULTS, nodes: int = 3) -> st.SearchStrategy:
+    """One fault with its undo, as a list of (rounds to wait, fault step)."""
+    def build(kind, node, ms, hold):
+        undo = {"kill": "start", "pause": "resume"}
+        if kind in undo:
+            # Undo names the same ref; start or resume of "leader" means every node,
+            # since the leader has changed by then.
+            return [(0, {"f": kind, "node": node}), (hold, {"f": undo[kind], "node": node})]
+        if kind == "restart":
+            return [(0, {"f": "restart", "node": node})]
+        if kind == "partition":
+            first = {"f": "partition", "sides": [[node], []]}
+        elif kind == "isolate":
+            first = {"f": "isolate", "node": node}
+        elif kind == "latency":
+            first = {"f": "latency", "ms": ms, "jitter": ms // 4}
+        elif kind == "slow_acks":
+            # Responses slower than a producer's request.timeout.ms: the write lands, the
+            # producer does not hear of it in time and retries.
+            first = {"f": "latency", "ms": 3000, "streams": ["downstream"]}
+        elif kind == "bandwidth":
+            first = {"f": "bandwidth", "kb_per_s": 16}
+        else:
+            first = {"f": kind}
+        return [(0, first), (hold, {"f": "heal"})]
+    return st.builds(build, st.sampled_from(kinds), node_refs(nodes),
+                     st.sampled_from([200, 1000, 6000]), st.integers(1, 3))
+
+
+def client_op(role: str, state: dict, draw, options: dict) -> dict | None:
+    """The next op of a client, given what it has open (a transaction)."""
+    if role == "producer":
+        return {"f": "send", "n": draw(st.integers(1, 3))}
+    if role == "txn_producer":
+        if not state.get("open"):
+            state["open"] = True
+            return {"f": "begin"}
+        choice = draw(st.sampled_from(["send", "send", "commit", "abort"]))
+        if choice == "send":
+            return {"f": "send", "n": draw(st.integers(1, 3))}
+        state["open"] = False
+        return {"f": choice}
+    if role == "consumer":
+        choice = draw(st.sampled_from(options.get("consumer_ops", ["poll", "poll", "poll", "seek",
+                                                                  "commit_offsets", "fetch_offsets"])))
+        if choice == "seek":
+            return {"f": "seek", "to": draw(st.sampled_from(["beginning", "committed", "offset"])),
+                    "back": draw(st.integers(1, 3))}
+        return {"f": choice}
+    if role == "pipeline":
+        op = {"f": "process", "n": draw(st.integers(1, 5))}
+        if draw(st.integers(0, 99)) < options.get("abort_percent", 20):
+            op["abort"] = True
+        elif draw(st.integers(0, 99)) < options.get("crash_percent", 0):
+            op["crash"] = True
+        return op
+    return None
+
+
+@st.composite
+def plans(draw, workload: str = "pipeline", faults=ALL_FAULTS, min_rounds: int = 2,
+          max_rounds: int = 10, fault_percent: int = 25, nodes: int = 3,
+          config: dict | None = None, options: dict | None = None) -> dict:
+    """A whole plan for one of WORKLOADS, with config overrides merged in.
+
+    config may set "producer", "consumer" (plan-wide client config) and "clients"
+    (per-client spec overrides); options tune op mixes (abort_percent, crash_percent,
+    consumer_ops)."""
+    base = WORKLOADS[workload]
+    config, options = config or {}, options or {}
+    clients = {cid: {**spec, **config.get("clients", {}).get(cid, {})}
+               for cid, spec in base["clients"].items()}
+    plan = {"topics": base["topics"], "clients": clients, "steps": []}
+    for key in ("producer", "consumer"):
+        if key in config:
+            plan[key] = config[key]
+    state = {cid: {} for cid in clients}
+    pending: list[tuple[int, dict]] = []  # undo steps, with rounds left before they apply
+    n_rounds = draw(st.integers(min_rounds, max_rounds))
+    for _ in range(n_rounds):
+        if faults and draw(st.integers(0, 99)) < fault_percent:
+            steps = draw(fault(faults, nodes))
+            plan["steps"].append({"fault": steps[0][1]})
+            pending += steps[1:]
+        active = draw(st.lists(st.sampled_from(sorted(clients)), min_size=1, unique=True))
+        ops = {}
+        for cid in sorted(active):
+            op = client_op(clients[cid]["role"], state[cid], draw, options)
+            if op:
+                ops[cid] = op
+        plan["steps"].append({"ops": ops})
+        due = [f for wait, f in pending if wait <= 1]
+        pending = [(wait - 1, f) for wait, f in pending if wait > 1]
+        plan["steps"] += [{"fault": f} for f in due]
+    plan["steps"] += [{"fault": f} for _, f in pending]
+    # Close what is open so the final state is not decided by the settle timeout alone.
+    closing = {cid: {"f": "commit"} for cid, s in state.items() if s.get("open")}
+    if closing:
+        plan["steps"].append({"ops": closing})
+    return plan
