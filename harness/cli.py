@@ -204,8 +204,18 @@ def suites(only, examples, budget, replays, seed, json_out, nodes, kafka_version
         table.add_row(r.suite, r.expect, ok, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
                       str(r.shrunk_size or "-"), r.reproduced)
-    Console().print(table)
+    Console(width=max(120, Console().width)).print(table)
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
     sys.exit(0 if all(r.caught for r in rows) else 1)
+
+
+@main.command()
+@kafka_version_option
+def install(kafka_version: str | None) -> None:
+    """Fetch Kafka (Maven Central) and toxiproxy (Go module proxy) into the cache."""
+    from .provision import ensure_kafka, ensure_toxiproxy
+    dist = ensure_kafka(kafka_version)
+    binary = ensure_toxiproxy()
+    click.echo(f"Kafka {dist.version}: {dist.libs}\ntoxiproxy: {binary}")

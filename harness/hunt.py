@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Flaky
 
 from workloads.plan import load, size
 from workloads.suites import Suite
@@ -63,8 +64,10 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
 
     try:
         attempt()
-    except BaseException as exc:  # the failure we asked for, or Hypothesis's flaky verdict
-        if isinstance(exc, KeyboardInterrupt):
+    except (AssertionError, Flaky, BaseExceptionGroup) as exc:
+        # The failure we asked for, or Hypothesis's flaky verdict on it; anything else
+        # (a harness or checker error) must not pass for a result.
+        if not _only_caught(exc):
             raise
     folder = store.folder(suite.name)
     found = (folder / "plan.json").exists()
@@ -79,6 +82,14 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
         caught=caught_it, examples=state["n"], seconds_to_first=state["first"],
         shrunk_size=size(load(folder / "plan.json")) if found else None,
         reproduced=reproduced, counterexample=str(folder) if found else None)
+
+
+def _only_caught(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_caught(e) for e in exc.exceptions)
+    if isinstance(exc, Flaky) and exc.__cause__ is not None:
+        return _only_caught(exc.__cause__)
+    return isinstance(exc, (AssertionError, Flaky))
 
 
 def as_row(result: HuntResult) -> dict:

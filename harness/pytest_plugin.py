@@ -8,9 +8,20 @@ groups and transactional ids, so examples do not see each other.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis loads its own derandomized "ci" profile whenever CI is set, so CI runs the
+# same examples every time. Nightly must explore new ones: it is not derandomized, and
+# it keeps an example database (.hypothesis/) that the nightly workflow carries over.
+_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+settings.register_profile("dev", max_examples=3, **_COMMON)
+settings.register_profile("ci", max_examples=3, derandomize=True, database=None, **_COMMON)
+settings.register_profile("nightly", max_examples=25, derandomize=False, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -20,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--nodes", type=int, default=3, help="KRaft nodes in the test cluster")
     group.addoption("--spark-master", default=os.environ.get("ONCEPROOF_SPARK_MASTER"),
                     help="Spark master for the checkers (default: local)")
+    group.addoption("--shrink-budget", type=float,
+                    default=float(os.environ.get("ONCEPROOF_SHRINK_BUDGET", 240)),
+                    help="seconds of cluster runs one property may spend after its first failure")
     group.addoption("--artifacts", default=os.environ.get("ONCEPROOF_ARTIFACTS", "artifacts"),
                     help="where failing examples leave plans, histories, verdicts and logs")
 
@@ -48,3 +62,50 @@ def cluster(session_cluster):
     yield session_cluster
     if session_cluster.faults or session_cluster.down_nodes:
         session_cluster.heal_all()
+
+
+@pytest.fixture(scope="session")
+def onceproof_spark(pytestconfig: pytest.Config):
+    from checkers.spark import session
+    return session(pytestconfig.getoption("--spark-master"))
+
+
+class Trials:
+    """Runs plans for one property and keeps its smallest failing plan.
+
+    Once the property has failed, each further run (Hypothesis shrinking) costs a cluster
+    run; after the shrink budget, plans are not run any more and count as passing, so
+    Hypothesis stops, and the smallest failure seen is what the artifacts hold."""
+
+    def __init__(self, name, cluster, spark, artifacts: Path, budget: float):
+        from harness.trial import Counterexamples
+        self.name, self.cluster, self.spark, self.budget = name, cluster, spark, budget
+        self.scratch = artifacts / "trials" / name
+        self.store = Counterexamples(artifacts / "counterexamples")
+        self.failed_at: float | None = None
+        self.count = 0
+
+    def run(self, plan: dict):
+        """Run plan; return the Trial, or None when the shrink budget is spent."""
+        from harness.trial import run_trial
+        if self.failed_at is not None and time.monotonic() - self.failed_at > self.budget:
+            return None
+        if self.cluster.faults or self.cluster.down_nodes:
+            self.cluster.heal_all()
+        self.count += 1
+        return run_trial(plan, self.cluster, self.scratch / f"{self.count:04d}", self.spark)
+
+    def failed(self, trial) -> str:
+        """Record a failing trial; return the message for the assertion."""
+        if self.failed_at is None:
+            self.failed_at = time.monotonic()
+        self.store.offer(self.name, trial, self.cluster)
+        where = self.store.folder(self.name)
+        return (f"{', '.join(sorted(trial.anomalies)) or 'invalid verdict'}; smallest "
+                f"counterexample: {where} (replay: onceproof replay {where})")
+
+
+@pytest.fixture
+def trials(request, session_cluster, onceproof_spark, artifacts_dir, pytestconfig) -> Trials:
+    return Trials(request.node.name, session_cluster, onceproof_spark, artifacts_dir,
+                  pytestconfig.getoption("--shrink-budget"))
