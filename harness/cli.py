@@ -14,10 +14,24 @@ from .errors import SetupError
 
 class _Group(click.Group):
     def invoke(self, ctx):
+        from workloads.plan import PlanError
         try:
             return super().invoke(ctx)
-        except SetupError as exc:
+        except (SetupError, PlanError) as exc:
             click.echo(f"onceproof: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("onceproof: interrupted; the cluster was stopped and what was recorded "
+                       "so far is in the output folder", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug of ours must still read as "could not decide"
+            import tempfile
+            import traceback
+            with tempfile.NamedTemporaryFile("w", prefix="onceproof-crash-", suffix=".txt",
+                                             delete=False) as f:
+                traceback.print_exc(file=f)
+            click.echo(f"onceproof: internal error ({type(exc).__name__}: {exc}); the "
+                       f"traceback is in {f.name}; please report it", err=True)
             sys.exit(2)
 
 
@@ -219,3 +233,26 @@ def install(kafka_version: str | None) -> None:
     dist = ensure_kafka(kafka_version)
     binary = ensure_toxiproxy()
     click.echo(f"Kafka {dist.version}: {dist.libs}\ntoxiproxy: {binary}")
+
+
+@main.command("run")
+@click.option("--workload", default="pipeline", show_default=True,
+              help="producers, transactions, pipeline or rewind.")
+@click.option("--faults", default="mixed", show_default=True,
+              help="mixed, net, node, none, or a comma-separated list of fault kinds.")
+@click.option("--runs", default=1, show_default=True, help="How many generated plans to run.")
+@click.option("--rounds", default=24, show_default=True, help="Rounds of client ops per plan.")
+@click.option("--time-budget", type=float, default=None,
+              help="Stop starting new runs after this many seconds.")
+@click.option("--seed", type=int, default=None, help="Seed for plan generation (printed if not given).")
+@click.option("--out", default="onceproof-runs", show_default=True, help="Where run folders go.")
+@nodes_option
+@kafka_version_option
+@spark_option
+def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, kafka_version,
+                spark_master) -> None:
+    """Generate a workload, run it on a local cluster under faults, check it, report."""
+    from .job import JobOptions, run_job
+    code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
+                              kafka_version, spark_master, out))
+    sys.exit(code)

@@ -1,0 +1,156 @@
+"""The main job behind `onceproof run`: generate plans from a seed, run each on a local
+cluster under faults, check it, and leave one folder per run that a person can read.
+
+Each run's folder: plan.json, history.jsonl, history.parquet/, verdict.json, logs/ (node
+and toxiproxy logs) and report.html. Exit codes say who is at fault: 0 every run valid,
+1 anomalies found (Kafka, or the application config, broke a claim), 2 the harness could
+not decide (setup failed, cluster never ready): never mix up the last two.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from workloads.generate import draw_plans
+from workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
+
+from .cluster import Cluster
+from .trial import keep_logs, run_trial
+
+FAULT_SETS = {"mixed": ALL_FAULTS, "net": NET_FAULTS, "node": NODE_FAULTS, "none": ()}
+
+
+@dataclass
+class JobOptions:
+    workload: str = "pipeline"
+    faults: str = "mixed"
+    runs: int = 1
+    rounds: int = 24
+    time_budget: float | None = None
+    seed: int | None = None
+    nodes: int = 3
+    kafka_version: str | None = None
+    spark_master: str | None = None
+    out: str = "onceproof-runs"
+
+
+def fault_kinds(spec: str) -> tuple[str, ...]:
+    """A named set (mixed, net, node, none) or a comma-separated list of fault kinds."""
+    from .errors import SetupError
+    if spec in FAULT_SETS:
+        return FAULT_SETS[spec]
+    kinds = tuple(k.strip() for k in spec.split(",") if k.strip())
+    unknown = set(kinds) - set(ALL_FAULTS) - {"slow_acks"}
+    if unknown:
+        raise SetupError(f"unknown fault {', '.join(sorted(unknown))}: use mixed, net, node, none "
+                         f"or a list of {', '.join(ALL_FAULTS + ('slow_acks',))}")
+    return kinds
+
+
+def run_job(opts: JobOptions, console: Console | None = None) -> int:
+    from checkers.spark import session
+
+    from .errors import SetupError
+    from .report import write_report
+    console = console or Console()
+    if opts.workload not in WORKLOADS:
+        raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
+    seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
+    strategy = plans(opts.workload, faults=fault_kinds(opts.faults), min_rounds=opts.rounds,
+                     max_rounds=opts.rounds, fault_percent=35, nodes=opts.nodes)
+    root = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    console.print(f"onceproof: {opts.workload} workload, faults {opts.faults}, seed {seed}, "
+                  f"results in {root}")
+    todo = draw_plans(strategy, opts.runs, seed)
+    spark = session(opts.spark_master)
+    started = time.monotonic()
+    trials = []
+    anomalies: Counter = Counter()
+    with Cluster(root / "cluster", opts.nodes, opts.kafka_version) as cluster, Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
+            console=console, transient=False) as progress:
+        console.print(f"cluster ready: Kafka {cluster.dist.version}, {cluster.n} nodes")
+        for i, plan in enumerate(todo):
+            if opts.time_budget and time.monotonic() - started > opts.time_budget:
+                break
+            label = f"run {i + 1}/{len(todo)}"
+            task = progress.add_task(label, total=len(plan["steps"]) + 1, status="")
+
+            def on_step(n, step, task=task):
+                current = ", ".join(f"{f['f']}" for f in cluster.faults) or "no fault"
+                what = "settling, final reads" if "settle" in step else (
+                    f"fault: {step['fault']['f']}" if "fault" in step else f"{len(step['ops'])} ops")
+                progress.update(task, completed=n, status=f"{what} | active: {current} | "
+                                f"anomalies so far: {sum(anomalies.values())}")
+
+            folder = root / f"run-{i + 1}"
+            trial = run_trial(plan, cluster, folder, spark, on_step=on_step)
+            progress.update(task, completed=len(plan["steps"]) + 1,
+                            status="valid" if trial.verdict.valid else
+                            "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
+            anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})
+            _finish_folder(trial, cluster)
+            write_report(folder)
+            trials.append(trial)
+    if not trials:
+        raise SetupError("the time budget ran out before the first run; raise --time-budget")
+    _summary(console, trials, root)
+    return 0 if all(t.verdict.valid for t in trials) else 1
+
+
+def _finish_folder(trial, cluster: Cluster) -> None:
+    from checkers.load import convert
+    convert(trial.folder / "history.jsonl", trial.folder / "history.parquet")
+    keep_logs(cluster, trial.folder)
+
+
+def _outcomes(history: Path) -> tuple[Counter, Counter]:
+    ops, faults = Counter(), Counter()
+    with open(history) as f:
+        for line in f:
+            e = json.loads(line)
+            if e["type"] == "invoke":
+                continue
+            if e["process"] == "nemesis":
+                faults[e["f"]] += 1
+            else:
+                ops[e["type"]] += 1
+    return ops, faults
+
+
+def _summary(console: Console, trials, root: Path) -> None:
+    ops, faults = Counter(), Counter()
+    for t in trials:
+        o, f = _outcomes(t.folder / "history.jsonl")
+        ops.update(o)
+        faults.update(f)
+    table = Table("", "", title="Summary", show_header=False)
+    table.add_row("runs", str(len(trials)))
+    table.add_row("operations", ", ".join(f"{n} {k}" for k, n in sorted(ops.items())))
+    table.add_row("faults applied", ", ".join(f"{n} {k}" for k, n in sorted(faults.items())) or "none")
+    console.print(table)
+    found = Table("anomaly", "count", "severity", "example", title="Anomalies")
+    for t in trials:
+        v = t.verdict
+        for kind, n in sorted(v.counts.items()):
+            if n:
+                ex = (v.examples.get(kind) or [{}])[0]
+                detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in
+                                                      ("op", "process", "topic", "partition", "offset", "value")
+                                                      if ex.get(k) is not None)
+                found.add_row(kind, str(n), "note" if kind in v.notes else "violation",
+                              f"{t.folder.name}: {detail}")
+    if found.row_count:
+        console.print(found)
+    valid = all(t.verdict.valid for t in trials)
+    console.print(f"[bold]{'VALID' if valid else 'ANOMALIES FOUND'}[/bold]: "
+                  f"reports: " + ", ".join(str(t.folder / 'report.html') for t in trials))
