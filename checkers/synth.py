@@ -185,7 +185,15 @@ class Model:
 
     def whole_txn_cut(self, positions: dict[TP, int], limit: int) -> dict[TP, int]:
         """Per-partition cutoffs below the LSO such that every committed transaction is
-        either wholly below them or wholly at or above them (see the module docstring)."""
+        either wholly below them or wholly at or above them (see the module docstring).
+        About `limit` records per partition, more when a transaction needs them whole."""
+        cut = self._cut(positions, limit)
+        if all(cut[tp] == pos for tp, pos in positions.items()):
+            # The limit split the first transaction; take it whole rather than stall.
+            cut = self._cut(positions, 1 << 62)
+        return cut
+
+    def _cut(self, positions: dict[TP, int], limit: int) -> dict[TP, int]:
         cut: dict[TP, int] = {}
         for tp, pos in positions.items():
             recs, _ = self.read(tp, pos, RC, limit)
