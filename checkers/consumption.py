@@ -1,0 +1,135 @@
+"""Where each consumer's reads went: poll_skip, nonmonotonic_poll, rewind_mismatch.
+
+Per partition, each consumer's reads form runs (checkers/partlog.py): stretches with
+no seek, assign or info op between. Within a run, the reads a consumer made inside a
+transaction that aborted are *retracted*: an exactly-once consumer rewinds after an
+abort, and an application that does not, and goes on from where the aborted reads
+left it, skips those records as far as anything committed is concerned.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from . import anomaly, engine
+from .anomaly import num
+from .partlog import READ, PartitionLog
+from .tables import READ_COMMITTED
+
+TYPES = ("poll_skip", "nonmonotonic_poll", "rewind_mismatch")
+
+
+def _gap(pl: PartitionLog, iso: np.ndarray, a: np.ndarray, b: np.ndarray,
+         inclusive_a: bool) -> np.ndarray:
+    """How many values visible to each reader lie strictly between a and b (or in
+    [a, b) when inclusive_a)."""
+    n = np.zeros(len(a), dtype=np.int64)
+    side = "left" if inclusive_a else "right"
+    for rc in (True, False):
+        m = (iso == READ_COMMITTED) == rc
+        if not m.any():
+            continue
+        offs, _ = pl.visible(READ_COMMITTED if rc else "other")
+        n[m] = (np.searchsorted(offs, b[m], side="left")
+                - np.searchsorted(offs, a[m], side=side))
+    return n
+
+
+def _record(type, row, detail, offset=None, value=None) -> dict:
+    return {"type": type, "severity": anomaly.VIOLATION, "process": row["process"],
+            "op": num(row["op"]), "topic": None, "partition": None,
+            "offset": num(row["offset"] if offset is None else offset),
+            "value": num(row["value"] if value is None else value), "txn": row["txn"],
+            "detail": detail}
+
+
+def sequences(pl: PartitionLog) -> pd.DataFrame:
+    """poll_skip: within one consumer's run, two consecutive (not retracted) reads of
+    the partition at offsets a < b while the read log holds a value visible to that
+    consumer at an offset strictly between them. Within one poll and across polls.
+    After a seek to o whose first reads were retracted, the first remaining read b
+    skips if a visible value lies in [o, b).
+
+    nonmonotonic_poll: in the same setting the next read is at b <= a: the consumer
+    went back, or read an offset again, with no seek or assign to explain it.
+
+    rewind_mismatch: after a seek to offset o, the consumer's next read of the
+    partition is not the first value visible to it at an offset >= o (it read below o,
+    or passed over a visible value at or after o)."""
+    st = pl.steps
+    out: list[dict] = []
+    reads = st[(st["kind"] == READ) & st["offset"].notna()]
+    if reads.empty:
+        return engine.anomalies(out)
+    _pairs(pl, reads, out)
+    _rewinds(pl, reads, out)
+    return engine.anomalies(out)
+
+
+def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
+    eff = reads[~reads["retracted"]]
+    if eff.empty:
+        return
+    run = eff["run"].to_numpy()
+    offs = eff["offset"].to_numpy(dtype=np.int64)
+    iso = eff["isolation"].to_numpy(dtype=object)
+    same = np.r_[False, run[1:] == run[:-1]]
+    a = np.r_[0, offs[:-1]]
+    # A run that began with a seek and whose first reads were retracted continues,
+    # for its first remaining read, from the seek position.
+    first = reads.groupby("run")[["op", "rec"]].first()
+    not_first_phys = ((eff["op"].to_numpy() != eff["run"].map(first["op"]).to_numpy())
+                      | (eff["rec"].to_numpy() != eff["run"].map(first["rec"]).to_numpy()))
+    start = eff["start"]
+    from_seek = ~same & start.notna().to_numpy() & not_first_phys
+    a = np.where(from_seek, start.fillna(0).to_numpy(dtype=np.int64) - 1, a)
+    paired = same | from_seek
+    a_src = np.where(from_seek, "seek", "read")
+
+    back = paired & (offs <= a)
+    for i in np.flatnonzero(back):
+        row = eff.iloc[i]
+        prev = (f"sought to {a[i] + 1}, reads in an aborted transaction retracted, then read"
+                if a_src[i] == "seek" else f"read offset {a[i]} then")
+        out.append(_record("nonmonotonic_poll", row,
+                           f"{row['process']} {prev} offset {offs[i]} with no seek between"))
+
+    fwd = np.flatnonzero(paired & (offs > a + 1))
+    if len(fwd):
+        gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
+        for i in fwd[gaps > 0]:
+            row = eff.iloc[i]
+            skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
+            prev = (f"sought to {a[i] + 1} (its reads there retracted by an abort)"
+                    if a_src[i] == "seek" else f"read offset {a[i]}")
+            out.append(_record(
+                "poll_skip", row,
+                f"{row['process']} ({iso[i]}) {prev} then offset {offs[i]}, skipping "
+                f"offset {skipped[0]} (value {skipped[1]}) visible to it"))
+
+
+
+def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
+    # The first physical read of each run that began with a seek.
+    firsts = reads.groupby("run").head(1)
+    firsts = firsts[firsts["start"].notna()]
+    for _, row in firsts.iterrows():
+        o, b = int(row["start"]), int(row["offset"])
+        expect = pl.first_visible(row["isolation"], o)
+        if b < o or (expect is not None and expect[0] < b):
+            want = (f"offset {expect[0]} (value {expect[1]})" if expect is not None
+                    else f"an offset >= {o}")
+            out.append(_record(
+                "rewind_mismatch", row,
+                f"{row['process']} sought to offset {o}, then read offset {b} (value "
+                f"{num(row['value'])}); expected {want}"))
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    return [sequences(pl)]
+
+
+def find(tables):
+    return engine.find(tables, [sys.modules[__name__]])

@@ -1,0 +1,81 @@
+"""Which writes were seen, and which were gone over by readers that did not see them.
+
+One row per write, annotated per partition (checkers/partlog.py defines runs, scans
+and offset bounds). lost_write, unseen, torn_txn and the transaction-order checks all
+start from this frame, so it is computed once per partition.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .partlog import PartitionLog
+from .tables import COMMITTED, READ_COMMITTED
+
+
+def _scan_text(scan) -> str:
+    return (f"{scan['process']} ({scan['isolation']}) read offsets {int(scan['s'])}.."
+            f"{int(scan['e'])}")
+
+
+def annotate(pl: PartitionLog) -> pd.DataFrame:
+    """One row per write of the partition: its columns (op, rec, process, txn,
+    txn_outcome, type, status, value, invoke_index, complete_index, t_begin, t_done)
+    and, as floats (NaN = unknown), offset (known), lo, hi, high (final high watermark,
+    when read after the write was acknowledged); as booleans, seen_any / seen_rc /
+    seen_final (some read / read_committed read / final read returned it), cov_any /
+    cov_rc / cov_final (some scan of that kind surely went over it; for the final one,
+    up to the final high watermark), has_final, beyond_high (its known offset is at or
+    past the final high watermark); cover / fcover: a covering scan, for reports."""
+    w = pl.writes
+    n = len(w)
+    out = w[["op", "rec", "process", "txn", "txn_outcome", "type", "status", "value",
+             "invoke_index", "complete_index", "t_begin", "t_done"]].reset_index(drop=True)
+    b = pl.write_bounds
+    lo, hi = b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)
+    known = b["known"].to_numpy(dtype=float, na_value=np.nan)
+    out["offset"], out["lo"], out["hi"] = known, lo, hi
+
+    r = pl.reads
+    values = w["value"].to_numpy(dtype=float, na_value=np.nan)
+
+    def seen(mask):
+        return np.isin(values, r.loc[mask, "value"].dropna().to_numpy(dtype=float))
+    out["seen_any"] = seen(np.ones(len(r), dtype=bool))
+    out["seen_rc"] = seen((r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool))
+    out["seen_final"] = seen(r["final"].fillna(False).to_numpy(dtype=bool))
+
+    scans = pl.scans
+    final_scans = scans[scans["final"]]
+    out["cov_any"] = pl.covered(lo, hi, scans)
+    out["cov_rc"] = pl.covered(lo, hi, scans[scans["isolation"] == READ_COMMITTED])
+
+    # The final watermarks bound every write acknowledged before they were read.
+    high = np.full(n, np.nan)
+    if len(pl.watermarks) and n:
+        last = pl.watermarks.iloc[-1]
+        done = w["complete_index"].to_numpy(dtype=float, na_value=np.nan)
+        if pd.notna(last["high"]):
+            high[done < float(last["invoke_index"])] = float(last["high"])
+    hi_final = np.where(np.isnan(high), hi, np.fmin(hi, high - 1))
+    out["cov_final"] = pl.covered(lo, hi_final, final_scans)
+    out["has_final"] = len(final_scans) > 0
+    out["high"] = high
+    out["beyond_high"] = ~np.isnan(known) & ~np.isnan(high) & (known >= high)
+
+    # Name a covering scan for the (rare) writes that will be reported.
+    committed = (w["status"] == COMMITTED).to_numpy(dtype=bool)
+    cover = np.full(n, None, dtype=object)
+    for i in np.flatnonzero(committed & ~out["seen_any"].to_numpy() & out["cov_any"].to_numpy())[:1000]:
+        cover[i] = _scan_text(pl.covering_scan(lo[i], hi[i], scans))
+    fcover = np.full(n, None, dtype=object)
+    for i in np.flatnonzero(committed & ~out["seen_final"].to_numpy()
+                            & out["cov_final"].to_numpy())[:1000]:
+        fcover[i] = _scan_text(pl.covering_scan(lo[i], hi_final[i], final_scans))
+    out["cover"], out["fcover"] = cover, fcover
+    return out
+
+
+def of(pl: PartitionLog) -> pd.DataFrame:
+    """The partition's annotated writes (see annotate), computed once."""
+    return pl.memo("coverage", lambda: annotate(pl))

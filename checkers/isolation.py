@@ -1,0 +1,116 @@
+"""What readers may see of transactions: aborted_read, precommitted_read, torn_txn."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from . import coverage, engine
+from .anomaly import VIOLATION, num
+from .partlog import PartitionLog
+from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
+
+TYPES = ("aborted_read", "precommitted_read", "torn_txn")
+TORN_FACT = "torn"
+
+
+def _read_record(type, r, detail) -> dict:
+    return {"type": type, "severity": VIOLATION, "process": r["process"], "op": num(r["op"]),
+            "offset": num(r["offset"]), "value": num(r["value"]), "txn": r["w_txn"],
+            "detail": detail}
+
+
+def aborted_reads(pl: PartitionLog) -> list[dict]:
+    """aborted_read (G1a): a poll returned a value written by a transaction that
+    aborted, or by a send that definitely failed. Any isolation counts: a failed send
+    is not in the log at all, and a read_uncommitted consumer that sees aborted data is
+    exactly the known-bad configuration the harness must catch."""
+    r = pl.reads[pl.reads["status"].isin([ABORTED, FAILED]).to_numpy(dtype=bool)]
+    out = []
+    for _, x in r.iterrows():
+        why = (f"whose send (op {num(x['w_op'])}) failed" if x["status"] == FAILED
+               else f"of aborted transaction {x['w_txn']}")
+        out.append(_read_record("aborted_read", x, f"{x['isolation']} poll read value "
+                                f"{num(x['value'])} {why}"))
+    return out
+
+
+def precommitted_reads(pl: PartitionLog) -> list[dict]:
+    """precommitted_read: a read_committed poll returned a value of a transaction and
+    completed before that transaction's commit_txn was even invoked. read_committed
+    consumers only see a transaction's records after its commit marker, which no
+    broker writes before the producer asks to commit."""
+    r = pl.reads
+    bad = ((r["isolation"] == READ_COMMITTED) & r["w_txn"].notna()
+           & r["w_txn_outcome"].isin([COMMITTED, UNKNOWN])
+           & (r["complete_index"] < r["w_commit_inv"])).fillna(False).to_numpy(dtype=bool)
+    return [_read_record("precommitted_read", x,
+                         f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
+                         f"{num(x['complete_index'])}) before its commit_txn was invoked "
+                         f"(index {num(x['w_commit_inv'])})")
+            for _, x in r[bad].iterrows()]
+
+
+def torn_facts(pl: PartitionLog) -> pd.DataFrame:
+    """Per transaction (committed or unknown) that appended here: how many of its
+    writes read_committed polls returned (n1) and how many they went over without
+    returning (n2), with one example of each."""
+    cov = coverage.of(pl)
+    t = cov[cov["txn"].notna().to_numpy(dtype=bool)
+            & cov["txn_outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)
+            & (cov["type"] == "ok").to_numpy(dtype=bool)]
+    if t.empty:
+        return engine.facts(TORN_FACT, pd.DataFrame())
+    t = t.assign(missing=~t["seen_rc"] & t["cov_rc"])
+    t = t[t["seen_rc"] | t["missing"]]
+    rows = []
+    for txn, g in t.groupby("txn", sort=False):
+        m = g[g["missing"]]
+        s = g[g["seen_rc"]]
+        ex = m.iloc[0] if len(m) else s.iloc[0]
+        rows.append({
+            "txn": txn, "kind": g["txn_outcome"].iloc[0], "n1": len(s), "n2": len(m),
+            "process": ex["process"], "op": num(ex["op"]),
+            "offset": None if np.isnan(ex["offset"]) else int(ex["offset"]),
+            "value": num(ex["value"]),
+            "a1": None if not len(s) or np.isnan(s["offset"].iloc[0]) else int(s["offset"].iloc[0]),
+            "a2": num(s["value"].iloc[0]) if len(s) else None})
+    return engine.facts(TORN_FACT, pd.DataFrame(rows))
+
+
+def torn(facts: pd.DataFrame) -> list[dict]:
+    """torn_txn: a transaction that committed, or whose outcome is unknown, some of
+    whose appended writes read_committed readers returned while others are missing:
+    no read_committed poll returned them although a read_committed reader's scan went
+    over their offsets. A transaction is visible all or nothing; for an unknown one, a
+    visible write proves it committed, so a missing one is lost."""
+    f = facts[facts["row"] == TORN_FACT]
+    out = []
+    for txn, g in f.groupby("txn", sort=True):
+        seen, missing = int(g["n1"].sum()), int(g["n2"].sum())
+        if not seen or not missing:
+            continue
+        m = g[g["n2"] > 0].iloc[0]
+        s = g[g["n1"] > 0].iloc[0]
+        out.append({
+            "type": "torn_txn", "severity": VIOLATION, "process": m["process"],
+            "op": num(m["op"]), "topic": m["topic"], "partition": num(m["partition"]),
+            "offset": num(m["offset"]), "value": num(m["value"]), "txn": txn,
+            "detail": f"{m['kind']} transaction {txn}: {seen} writes visible to "
+                      f"read_committed readers (e.g. value {num(s['a2'])} at {s['topic']}/"
+                      f"{num(s['partition'])} offset {num(s['a1'])}), {missing} missing though "
+                      f"readers went over them (e.g. value {num(m['value'])})"})
+    return out
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    return [engine.anomalies(aborted_reads(pl) + precommitted_reads(pl)), torn_facts(pl)]
+
+
+def finish(facts: pd.DataFrame) -> pd.DataFrame:
+    return engine.anomalies(torn(facts))
+
+
+def find(tables):
+    return engine.find(tables, [sys.modules[__name__]])

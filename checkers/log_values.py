@@ -1,0 +1,80 @@
+"""What each offset holds: duplicate, inconsistent_offset, unattributed_read.
+
+An observation is a (partition, offset, value) that a read returned or a send's ack
+reported; both say what the log holds at that offset.
+"""
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+
+from . import engine
+from .anomaly import VIOLATION, num
+from .partlog import PartitionLog
+
+TYPES = ("duplicate", "inconsistent_offset", "unattributed_read")
+
+
+def observations(pl: PartitionLog) -> pd.DataFrame:
+    cols = ["process", "op", "txn", "offset", "value"]
+    acks = pl.writes[(pl.writes["type"] == "ok") & pl.writes["offset"].notna()][cols]
+    reads = pl.reads[cols]
+    obs = pd.concat([acks, reads], ignore_index=True)
+    return obs[obs["offset"].notna() & obs["value"].notna()]
+
+
+def _record(type, row, detail) -> dict:
+    return {"type": type, "severity": VIOLATION, "process": row["process"],
+            "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
+            "txn": row["txn"], "detail": detail}
+
+
+def duplicates(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
+    """duplicate: one written value observed at two or more distinct offsets of a
+    partition. Each write appends its value once, so a second offset is a second copy
+    (a retried send the broker did not deduplicate, for example)."""
+    per_value = obs.drop_duplicates(["value", "offset"])
+    many = per_value[per_value["value"].duplicated(keep=False)]
+    out = []
+    for value, g in many.sort_values("offset").groupby("value", sort=False):
+        offsets = g["offset"].astype(int).tolist()
+        out.append(_record("duplicate", g.iloc[1],
+                           f"value {num(value)} at offsets {', '.join(map(str, offsets))}"))
+    return out
+
+
+def inconsistent(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
+    """inconsistent_offset: one (topic, partition, offset) observed holding two
+    different values. An offset names one record for the life of the log; two values
+    mean the log was rewritten under a reader (a truncated and refilled leader, for
+    example)."""
+    per_offset = obs.drop_duplicates(["offset", "value"])
+    many = per_offset[per_offset["offset"].duplicated(keep=False)]
+    out = []
+    for offset, g in many.sort_values("value").groupby("offset", sort=False):
+        values = g["value"].astype(int).tolist()
+        out.append(_record("inconsistent_offset", g.iloc[1],
+                           f"offset {num(offset)} observed holding values "
+                           f"{', '.join(map(str, values))}"))
+    return out
+
+
+def unattributed(pl: PartitionLog) -> list[dict]:
+    """unattributed_read: a poll returned a value that no send in the history wrote
+    (or a record without a value). Values are unique per write, so such a record came
+    from outside the test or was corrupted."""
+    r = pl.reads[~pl.reads["w_found"].fillna(False).to_numpy(dtype=bool)]
+    return [_record("unattributed_read", row,
+                    f"{row['process']} read value {num(row['value'])} at offset "
+                    f"{num(row['offset'])}, which no send wrote")
+            for _, row in r.iterrows()]
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    obs = observations(pl)
+    return [engine.anomalies(duplicates(pl, obs) + inconsistent(pl, obs) + unattributed(pl))]
+
+
+def find(tables):
+    return engine.find(tables, [sys.modules[__name__]])

@@ -1,0 +1,86 @@
+"""Writes that should be in the log and are not: lost_write, unseen, hanging_txn."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from . import coverage, engine
+from .anomaly import VIOLATION, num
+from .partlog import PartitionLog
+from .tables import COMMITTED
+
+TYPES = ("lost_write", "unseen", "hanging_txn")
+
+
+def _where(w) -> str:
+    if not np.isnan(w["offset"]):
+        return f"at offset {int(w['offset'])}"
+    hi = "?" if np.isnan(w["hi"]) else int(w["hi"])
+    return f"at an unknown offset in {int(w['lo'])}..{hi}"
+
+
+def _record(type, w, detail) -> dict:
+    return {"type": type, "severity": VIOLATION, "process": w["process"], "op": num(w["op"]),
+            "offset": None if np.isnan(w["offset"]) else int(w["offset"]),
+            "value": num(w["value"]), "txn": w["txn"], "detail": detail}
+
+
+def lost_writes(cov: pd.DataFrame) -> list[dict]:
+    """lost_write: a write that was acknowledged (a send ok outside a transaction, or
+    in a transaction that committed) whose value no read ever returned, although some
+    reader's scan of its partition surely went over its offset. Every reader can see
+    such a write, so a scan over it without it means the log lost it.
+
+    When the ack did not say the offset, the write's offset is bounded by the writes
+    acknowledged before it was sent and those sent after its ack (checkers/partlog.py),
+    and the scan must cover the whole bound: no false alarm on a write that merely
+    landed after a reader stopped."""
+    lost = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_any"]
+               & cov["cov_any"]]
+    return [_record("lost_write", w, f"acknowledged value {num(w['value'])} {_where(w)} "
+                    f"was never read, though {w['cover']}") for _, w in lost.iterrows()]
+
+
+def unseen(cov: pd.DataFrame) -> list[dict]:
+    """unseen: an acknowledged (or committed) write that the final reads (events with
+    final=true, after faults healed) did not return, although the final reads went
+    over its offset: it lies below the final high watermark of its partition (it was
+    acknowledged before the watermarks were read) and a final reader's scan covered
+    every offset from at or below it up to where it must be. A write whose known offset
+    is at or past the final high watermark is unseen too: the log ends before it.
+    Only partitions with final reads are judged."""
+    gone = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & cov["has_final"]
+               & ~cov["seen_final"] & (cov["cov_final"] | cov["beyond_high"])]
+    out = []
+    for _, w in gone.iterrows():
+        why = (f"its offset is at or past the final high watermark {int(w['high'])}"
+               if w["beyond_high"] else f"final reads went over it: {w['fcover']}")
+        out.append(_record("unseen", w, f"acknowledged value {num(w['value'])} {_where(w)} "
+                           f"is missing from the final reads; {why}"))
+    return out
+
+
+def hanging(pl: PartitionLog) -> list[dict]:
+    """hanging_txn: the last watermarks read (after the final phase) show the
+    partition's last stable offset below its high watermark, so some transaction in it
+    never finished and read_committed consumers are stuck behind it."""
+    if pl.watermarks.empty:
+        return []
+    last = pl.watermarks.iloc[-1]
+    if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
+        return []
+    return [{"type": "hanging_txn", "severity": VIOLATION, "process": last["process"],
+             "op": num(last["op"]), "offset": num(last["lso"]),
+             "detail": f"last stable offset {num(last['lso'])} < high watermark "
+                       f"{num(last['high'])} at the end"}]
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    cov = coverage.of(pl)
+    return [engine.anomalies(lost_writes(cov) + unseen(cov) + hanging(pl))]
+
+
+def find(tables):
+    return engine.find(tables, [sys.modules[__name__]])

@@ -1,0 +1,230 @@
+"""Everything the history says about one partition's log, in one place.
+
+Most anomalies are properties of one partition: what each offset holds, where each
+consumer's reads went, which writes a reader passed over. So the history is shuffled
+once by (topic, partition) into one table of steps (`log`), and every per-partition
+check is a pandas function over one partition's steps (PartitionLog), all run in one
+groupBy(topic, partition).applyInPandas (checkers/engine.py).
+
+Terms used by the checks:
+
+- The *read log* of a partition is what reads saw: every (offset, value) some poll
+  returned, keeping only offsets that were always seen holding one value (an offset
+  seen with two values is reported as inconsistent_offset and trusted for nothing else).
+- A value is *visible* to a reader if it is in the read log, was written by a send to
+  this partition that did not fail, and, for a read_committed reader, was written
+  outside any transaction or by a committed one.
+- A *run* is a stretch of one consumer's reads of the partition with nothing between
+  that moves or forgets its position: a seek starts a run at a known position; an
+  assign, or any op of the process ending in info, starts one at an unknown position.
+  (A change of isolation or of the final flag also starts a run.) The checks assume a
+  consumer's reassignments are recorded as assign ops.
+- A run's *scan* is the offsets it went over: from its seek position (or first read)
+  to its last read. A reader whose scan covers an offset holding a value visible to it
+  must have returned that value.
+- Consumer-group offsets (commits, fetches) are steps of the partition they name.
+- A write's offset is *known* when its send's ack or a read says where it is;
+  otherwise it is bounded: it lies after the offset of every write to the partition
+  acknowledged before it was sent, and (if it was acknowledged) before the offset of
+  every write sent after its acknowledgement.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql.types import BooleanType, LongType
+
+from .load import spark_schema
+from .tables import ABORTED, READ_COMMITTED
+
+LOG_SCHEMA = spark_schema("steps")
+
+# Kinds of steps in the log table.
+WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
+# Visibility of a read value (vis): to read_committed readers, to read_uncommitted only.
+VIS_RC, VIS_RU, VIS_NONE = 2, 1, 0
+
+
+def log(tables) -> DataFrame:
+    """All steps of all partitions (the steps table; not yet shuffled)."""
+    return tables.steps
+
+
+def typed(pdf: pd.DataFrame) -> pd.DataFrame:
+    """Columns in nullable pandas dtypes whatever Arrow made of them (a long column
+    with nulls arrives as float64, a boolean one as object)."""
+    out = {}
+    for fld in LOG_SCHEMA:
+        if fld.name not in pdf:
+            continue
+        col = pdf[fld.name]
+        if isinstance(fld.dataType, LongType):
+            out[fld.name] = col.astype("Int64")
+        elif isinstance(fld.dataType, BooleanType):
+            out[fld.name] = col.astype("boolean")
+        else:
+            out[fld.name] = col.astype(object).where(col.notna(), None)
+    return pd.DataFrame(out, index=pdf.index)
+
+
+class PartitionLog:
+    """One partition's steps (a pandas frame of LOG_SCHEMA), and what follows from them."""
+
+    def __init__(self, pdf: pd.DataFrame) -> None:
+        pdf = typed(pdf)
+        self.topic = pdf["topic"].iloc[0]
+        self.partition = int(pdf["partition"].iloc[0])
+        kind = pdf["kind"].to_numpy()
+        self.writes = pdf[kind == WRITE].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
+        self.reads = pdf[kind == READ].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
+        self.positions = pdf[kind == POSITION].reset_index(drop=True)
+        self.watermarks = pdf[kind == WATERMARK].sort_values("invoke_index").reset_index(drop=True)
+        self.offsets = pdf[kind == OFFSET].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
+        self._memo: dict = {}
+
+    def memo(self, name: str, build):
+        """A derived frame several checks share, computed once per partition."""
+        if name not in self._memo:
+            self._memo[name] = build()
+        return self._memo[name]
+
+    # ------------------------------------------------------------------ the read log
+
+    @cached_property
+    def read_log(self) -> pd.DataFrame:
+        """offset, value, vis: offsets reads always saw holding the same value."""
+        r = self.reads[["offset", "value", "vis"]].dropna(subset=["offset"])
+        r = r.drop_duplicates(["offset", "value"])
+        single = ~r["offset"].duplicated(keep=False)
+        return r[single & r["value"].notna()].sort_values("offset").reset_index(drop=True)
+
+    @cached_property
+    def _visible(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        rl = self.read_log
+        out = {}
+        for iso, least in ((READ_COMMITTED, VIS_RC), ("other", VIS_RU)):
+            sel = rl[rl["vis"].fillna(0).to_numpy() >= least]
+            out[iso] = (sel["offset"].to_numpy(dtype=np.int64),
+                        sel["value"].to_numpy(dtype=np.int64))
+        return out
+
+    def visible(self, isolation: str) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, values), sorted by offset, of the read log visible to readers of
+        this isolation."""
+        return self._visible[READ_COMMITTED if isolation == READ_COMMITTED else "other"]
+
+    def first_visible(self, isolation: str, lo: int, hi: int | None = None):
+        """(offset, value) of the first visible value at lo <= offset (< hi), or None."""
+        offs, vals = self.visible(isolation)
+        i = np.searchsorted(offs, lo, side="left")
+        if i < len(offs) and (hi is None or offs[i] < hi):
+            return int(offs[i]), int(vals[i])
+        return None
+
+    # ------------------------------------------------------------------------- runs
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """Reads and position changes of each process in its order, with run ids.
+
+        Columns: process, kind, op, rec, offset, value, isolation, final, retracted,
+        invoke_index, complete_index, run, start (the run's seek position, or NA).
+        """
+        cols = ["process", "kind", "op", "rec", "offset", "value", "isolation", "final",
+                "txn", "txn_outcome", "type", "invoke_index", "complete_index"]
+        s = pd.concat([self.reads[cols], self.positions[cols]], ignore_index=True)
+        s = s.sort_values(["process", "invoke_index", "rec"], kind="stable",
+                          na_position="first").reset_index(drop=True)
+        is_pos = (s["kind"] == POSITION).to_numpy()
+        proc = s["process"].to_numpy(dtype=object)
+        new_proc = np.r_[True, proc[1:] != proc[:-1]]
+        iso = s["isolation"].astype("string").mask(is_pos).ffill().fillna("").to_numpy(dtype=object)
+        fin = s["final"].astype("boolean").mask(is_pos).ffill().fillna(False).to_numpy(dtype=bool)
+        iso_change = np.r_[True, iso[1:] != iso[:-1]] & ~is_pos
+        fin_change = np.r_[True, fin[1:] != fin[:-1]] & ~is_pos
+        prev_pos = np.r_[False, is_pos[:-1]]
+        # A read right after a position step belongs to the run the step started.
+        new_run = new_proc | is_pos | ((iso_change | fin_change) & ~prev_pos)
+        s["run"] = np.cumsum(new_run)
+        seek_start = np.where(is_pos & (s["type"] == "seek").to_numpy(),
+                              s["offset"].to_numpy(dtype=object), None)
+        first = s.groupby("run")["run"].transform("idxmin").to_numpy()
+        s["start"] = pd.array(seek_start[first], dtype="Int64")
+        s["retracted"] = ((s["kind"] == READ) & (s["txn_outcome"] == ABORTED)).to_numpy()
+        return s
+
+    @cached_property
+    def scans(self) -> pd.DataFrame:
+        """process, isolation, final, run, s, e: the offsets each run went over."""
+        st = self.steps
+        r = st[st["kind"] == READ]
+        if r.empty:
+            return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
+                                 "s": np.array([], dtype=np.int64),
+                                 "e": np.array([], dtype=np.int64)})
+        g = r.groupby("run")
+        sc = pd.DataFrame({
+            "process": g["process"].first(), "isolation": g["isolation"].first(),
+            "final": g["final"].first().astype("boolean").fillna(False).astype(bool),
+            "lo": g["offset"].min(), "e": g["offset"].max(), "start": g["start"].first(),
+        }).reset_index()
+        sc["s"] = np.minimum(sc["lo"].to_numpy(dtype=np.int64),
+                             sc["start"].fillna(sc["lo"]).to_numpy(dtype=np.int64))
+        sc["e"] = sc["e"].to_numpy(dtype=np.int64)
+        return sc[["process", "isolation", "final", "run", "s", "e"]]
+
+    # ------------------------------------------------------------------ write offsets
+
+    @cached_property
+    def write_bounds(self) -> pd.DataFrame:
+        """Per write: known (offset or NA), lo, hi (NA when unbounded above)."""
+        w = self.writes
+        read_at = (self.reads.dropna(subset=["offset", "value"])
+                   .groupby("value")["offset"].min())
+        known = w["offset"].astype("Float64").fillna(
+            w["value"].map(read_at).astype("Float64"))
+        known_np = known.to_numpy(dtype=float, na_value=np.nan)
+        inv = w["invoke_index"].to_numpy(dtype=np.int64)
+        done = w["complete_index"].to_numpy(dtype=float, na_value=np.nan)
+        acked = (w["type"] == "ok").to_numpy()
+
+        # lo: after every write acknowledged (with a known offset) before this one's send.
+        a = np.flatnonzero(acked & ~np.isnan(known_np) & ~np.isnan(done))
+        order = a[np.argsort(done[a], kind="stable")]
+        pref_max = np.maximum.accumulate(known_np[order]) if len(order) else np.array([])
+        k = np.searchsorted(done[order], inv, side="left")
+        lb = np.where(k > 0, pref_max[np.maximum(k - 1, 0)] if len(order) else -1, -1)
+        # hi: before every write (with a known offset) sent after this one's ack.
+        b = np.flatnonzero(~np.isnan(known_np))
+        order_b = b[np.argsort(inv[b], kind="stable")]
+        suf_min = (np.minimum.accumulate(known_np[order_b][::-1])[::-1]
+                   if len(order_b) else np.array([]))
+        j = np.searchsorted(inv[order_b], np.where(np.isnan(done), np.inf, done), side="right")
+        ub = np.where(acked & (j < len(order_b)),
+                      suf_min[np.minimum(j, max(len(order_b) - 1, 0))] if len(order_b)
+                      else np.nan, np.nan)
+        lo = np.where(np.isnan(known_np), lb + 1, known_np)
+        hi = np.where(np.isnan(known_np), ub - 1, known_np)
+        return pd.DataFrame({"known": known, "lo": lo, "hi": hi})
+
+    def covered(self, lo: np.ndarray, hi: np.ndarray, scans: pd.DataFrame) -> np.ndarray:
+        """Whether some scan surely went over an offset known to lie in [lo, hi]."""
+        out = np.zeros(len(lo), dtype=bool)
+        if len(scans) == 0 or len(lo) == 0:
+            return out
+        s = scans["s"].to_numpy(dtype=np.int64)
+        order = np.argsort(s, kind="stable")
+        s_sorted = s[order]
+        e_max = np.maximum.accumulate(scans["e"].to_numpy(dtype=np.int64)[order])
+        k = np.searchsorted(s_sorted, np.nan_to_num(lo, nan=-1), side="right") - 1
+        ok = (k >= 0) & ~np.isnan(lo) & ~np.isnan(hi)
+        out[ok] = e_max[k[ok]] >= hi[ok]
+        return out
+
+    def covering_scan(self, lo: float, hi: float, scans: pd.DataFrame):
+        """A scan (row) that covers [lo, hi], for an example's detail, or None."""
+        m = scans[(scans["s"] <= lo) & (scans["e"] >= hi)]
+        return None if m.empty else m.iloc[0]

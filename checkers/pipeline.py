@@ -1,0 +1,110 @@
+"""Consume-transform-produce pipelines: duplicate_output, lost_input.
+
+An output record names the input value it was derived from in its `source` field.
+Output is *definitely committed* when its write's status is committed, or its
+transaction's outcome is unknown, its send was ok, and a read_committed poll returned
+some record of that transaction (which proves it committed). Output *may be committed*
+when its status is committed or unknown.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from . import engine
+from .anomaly import VIOLATION, num
+from .partlog import VIS_RC, PartitionLog
+from .tables import COMMITTED, UNKNOWN
+
+TYPES = ("duplicate_output", "lost_input")
+OUTPUT, INPUT, PROVEN = "output", "input", "proven"
+
+
+def _outputs(pl: PartitionLog) -> pd.DataFrame:
+    w = pl.writes
+    w = w[(w["source"].notna() & w["value"].notna()).to_numpy(dtype=bool)]
+    return engine.facts(OUTPUT, pd.DataFrame({
+        "process": w["process"], "op": w["op"], "offset": w["offset"], "value": w["value"],
+        "txn": w["txn"], "kind": w["status"], "a1": w["source"], "a2": w["invoke_index"],
+        "n1": (w["type"] == "ok").astype(int)}))
+
+
+def _proven(pl: PartitionLog) -> pd.DataFrame:
+    r = pl.reads
+    t = r.loc[((r["isolation"] == "read_committed") & r["w_txn"].notna()
+               & (r["w_txn_outcome"] == UNKNOWN)).fillna(False).to_numpy(dtype=bool), "w_txn"]
+    return engine.facts(PROVEN, pd.DataFrame({"txn": t.drop_duplicates()}))
+
+
+def _inputs(pl: PartitionLog) -> pd.DataFrame:
+    o = pl.offsets
+    sent = o[((o["f"] == "send_offsets") & (o["status"] == COMMITTED) & o["offset"].notna())
+             .fillna(False).to_numpy(dtype=bool)]
+    piped = pl.reads[pl.reads["txn"].notna().to_numpy(dtype=bool)]
+    if sent.empty or piped.empty:
+        return engine.facts(INPUT, pd.DataFrame())
+    c = sent.loc[sent["offset"].astype(float).idxmax()]
+    start = piped["offset"].min()
+    rl = pl.read_log
+    inputs = rl[(rl["vis"] == VIS_RC).to_numpy(dtype=bool)
+                & (rl["offset"] >= start).to_numpy(dtype=bool)
+                & (rl["offset"] < c["offset"]).to_numpy(dtype=bool)]
+    return engine.facts(INPUT, pd.DataFrame({
+        "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
+        "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"]}))
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    return [_outputs(pl), _proven(pl), _inputs(pl)]
+
+
+def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
+    """duplicate_output: one input value appears as the source of two or more
+    definitely committed output records of one output topic: the pipeline processed
+    the input twice and both results were committed."""
+    out = facts[facts["row"] == OUTPUT]
+    proven = set(facts.loc[facts["row"] == PROVEN, "txn"])
+    sure = out[((out["kind"] == COMMITTED)
+                | ((out["kind"] == UNKNOWN) & out["txn"].isin(proven) & (out["n1"] == 1)))
+               .to_numpy(dtype=bool)]
+    many = sure[sure.duplicated(["topic", "a1"], keep=False)].sort_values("a2")
+    found = []
+    for (topic, source), g in many.groupby(["topic", "a1"], sort=True):
+        x = g.iloc[1]
+        found.append({
+            "type": "duplicate_output", "severity": VIOLATION, "process": x["process"],
+            "op": num(x["op"]), "topic": topic, "partition": num(x["partition"]),
+            "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
+            "detail": f"input value {num(source)} has {len(g)} committed outputs in {topic}: "
+                      f"values {', '.join(str(num(v)) for v in g['value'])}"})
+    return found
+
+
+def lost_inputs(facts: pd.DataFrame) -> list[dict]:
+    """lost_input: an input record, visible to read_committed readers, at an offset a
+    pipeline's consumer group committed past (send_offsets in a committed transaction),
+    at or after the lowest offset pipelines read in that partition, that no output which
+    may be committed names as its source. Assumes every input yields an output."""
+    out = facts[facts["row"] == OUTPUT]
+    produced = set(out.loc[out["kind"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool), "a1"]
+                   .dropna().astype(np.int64))
+    inputs = facts[facts["row"] == INPUT]
+    lost = inputs[~inputs["value"].astype(np.int64).isin(produced)] if len(inputs) else inputs
+    return [{"type": "lost_input", "severity": VIOLATION, "process": x["process"],
+             "op": num(x["op"]), "topic": x["topic"], "partition": num(x["partition"]),
+             "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
+             "detail": f"group {x['kind']} committed offset {num(x['a1'])} past input value "
+                       f"{num(x['value'])} at offset {num(x['offset'])} (send_offsets op "
+                       f"{num(x['op'])} in {x['txn']}), but no committed output has it as "
+                       f"source"}
+            for _, x in lost.sort_values(["topic", "partition", "offset"]).iterrows()]
+
+
+def finish(facts: pd.DataFrame) -> pd.DataFrame:
+    return engine.anomalies(duplicate_outputs(facts) + lost_inputs(facts))
+
+
+def find(tables):
+    return engine.find(tables, [sys.modules[__name__]])

@@ -1,0 +1,123 @@
+"""A history's verdict: valid or not, how many anomalies of each type, a few examples.
+
+`check` loads the history once and runs every family of checkers in one Spark job
+(checkers/engine.py): one shuffle of the history by partition, every per-partition
+check in one pandas pass, then the cross-partition checks on the driver.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import (anomaly, consumption, cycles, engine, groups, isolation, log_values, loss,
+               ordering, pipeline)
+from .load import load
+
+FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline)
+
+
+@dataclass
+class Verdict:
+    """valid: no violation-severity anomaly. counts: anomalies per type (violations and
+    notes). examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS.
+    notes: the types found whose anomalies are notes. stats: about the history."""
+    valid: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[dict]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Verdict":
+        return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
+                   examples={k: list(v) for k, v in d.get("examples", {}).items()},
+                   notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @property
+    def violations(self) -> dict[str, int]:
+        return {t: n for t, n in self.counts.items() if t not in self.notes}
+
+    def summary(self) -> str:
+        lines = ["VALID" if self.valid else "INVALID"]
+        s = self.stats
+        if s:
+            lines.append(f"{s.get('events', 0)} events, {s.get('ops', 0)} ops, "
+                         f"{s.get('writes', 0)} writes, {s.get('reads', 0)} reads, "
+                         f"{s.get('partitions', 0)} partitions")
+        for t in sorted(self.counts, key=_order):
+            kind = "note" if t in self.notes else "violation"
+            lines.append(f"  {t}: {self.counts[t]} ({kind})")
+            for ex in self.examples.get(t, []):
+                lines.append(f"    - {describe(ex)}")
+        if not self.counts:
+            lines.append("  no anomalies")
+        return "\n".join(lines)
+
+
+def _order(t: str) -> int:
+    return anomaly.TYPES.index(t) if t in anomaly.TYPES else len(anomaly.TYPES)
+
+
+def describe(ex: dict) -> str:
+    where = []
+    if ex.get("process"):
+        where.append(ex["process"])
+    if ex.get("op") is not None:
+        where.append(f"op {ex['op']}")
+    if ex.get("topic") is not None:
+        where.append(f"{ex['topic']}/{ex.get('partition')}"
+                     + (f"@{ex['offset']}" if ex.get("offset") is not None else ""))
+    if ex.get("txn"):
+        where.append(f"txn {ex['txn']}")
+    return f"[{', '.join(where)}] {ex.get('detail') or ''}".strip()
+
+
+def anomalies(tables) -> pd.DataFrame:
+    """Every anomaly of the history (anomaly.COLUMNS), from every family."""
+    return engine.collect(tables, FAMILIES)
+
+
+def _plain(row: dict) -> dict:
+    return {k: (None if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                else int(v) if k in ("op", "partition", "offset", "value") else v)
+            for k, v in row.items()}
+
+
+def check(path, spark=None, examples: int = 3) -> Verdict:
+    """Check a history (JSONL file, or a directory of its Parquet tables)."""
+    from .spark import session
+    spark = spark or session()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
+        tables = load(path, spark, workdir=Path(work) / "tables")
+        found = anomalies(tables)
+    found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
+                              kind="stable")
+    per_type: dict[str, int] = {}
+    ex: dict[str, list[dict]] = {}
+    violating: set[str] = set()
+    for t, g in found.groupby("type", sort=False):
+        per_type[t] = len(g)
+        if (g["severity"] == anomaly.VIOLATION).any():
+            violating.add(t)
+        # Violations first: they are what makes the history invalid.
+        g = g.sort_values("severity", key=lambda s: s != anomaly.VIOLATION, kind="stable")
+        ex[t] = [_plain(r) for r in g.head(examples).to_dict("records")]
+    order = sorted(per_type, key=_order)
+    stats = dict(tables.stats)
+    stats["check_seconds"] = round(time.perf_counter() - started, 3)
+    stats["anomalies"] = int(len(found))
+    return Verdict(valid=not violating, counts={t: per_type[t] for t in order},
+                   examples={t: ex[t] for t in order},
+                   notes=[t for t in order if t not in violating], stats=stats)

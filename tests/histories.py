@@ -1,0 +1,130 @@
+"""A small builder of real JSONL histories for the checkers' tests.
+
+Each call records one op (invoke, then its completion) through HistoryWriter, so the
+tests exercise the same file format the harness writes. Records are short tuples on
+one topic by default:
+
+    send:  (partition, value) or (partition, value, offset)
+    poll:  (partition, offset, value)
+    seek / commit / fetch offsets: (partition, offset)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.history import HistoryWriter
+
+RC, RU = "read_committed", "read_uncommitted"
+
+
+class History:
+    def __init__(self, path: str | Path, topic: str = "t") -> None:
+        self.path = Path(path)
+        self.topic = topic
+        self.w = HistoryWriter(self.path)
+        self._clock = 0
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> Path:
+        self.w.close()
+        return self.path
+
+    # Low level, for interleavings.
+    def invoke(self, process, f, value, txn=None, final=False) -> int:
+        return self.w.invoke(process, f, value, txn=txn, final=final)
+
+    def complete(self, op, type="ok", value=None, error=None) -> int:
+        if type != "ok" and error is None:
+            error = "injected"
+        self.w.complete(op, type, value, error)
+        return op
+
+    def _op(self, process, f, value, done=None, type="ok", txn=None, final=False) -> int:
+        op = self.invoke(process, f, value, txn=txn, final=final)
+        self.complete(op, type, done if type == "ok" else None)
+        return op
+
+    def _t(self, topic):
+        return topic or self.topic
+
+    # Producers.
+    def send(self, process, records, type="ok", txn=None, topic=None, sources=None) -> int:
+        asked, acked = [], []
+        for i, r in enumerate(records):
+            rec = {"topic": self._t(topic), "partition": r[0], "key": None, "value": r[1]}
+            if sources is not None and sources[i] is not None:
+                rec["source"] = sources[i]
+            asked.append(rec)
+            acked.append({**rec, "offset": r[2] if len(r) > 2 else None})
+        return self._op(process, "send", {"records": asked}, {"records": acked}, type, txn)
+
+    def begin(self, process, txn, type="ok") -> int:
+        v = {"tid": f"tid-{process}"}
+        return self._op(process, "begin_txn", v, v, type, txn)
+
+    def commit(self, process, txn, type="ok") -> int:
+        return self._op(process, "commit_txn", {}, {}, type, txn)
+
+    def abort(self, process, txn, type="ok") -> int:
+        return self._op(process, "abort_txn", {}, {}, type, txn)
+
+    def txn(self, process, txn, records, outcome="ok", topic=None) -> None:
+        """begin, one send of records, then commit_txn completing with `outcome`
+        (ok/fail/info), or abort_txn when outcome is "abort"."""
+        self.begin(process, txn)
+        self.send(process, records, txn=txn, topic=topic)
+        if outcome == "abort":
+            self.abort(process, txn)
+        else:
+            self.commit(process, txn, outcome)
+
+    # Consumers.
+    def poll(self, process, records, isolation=RC, type="ok", txn=None, final=False,
+             topic=None, group=None) -> int:
+        asked = {"isolation": isolation}
+        if group:
+            asked["group"] = group
+        got = {"isolation": isolation, "records": [
+            {"topic": self._t(topic), "partition": p, "offset": o, "key": None, "value": v}
+            for p, o, v in records]}
+        return self._op(process, "poll", asked, got, type, txn, final)
+
+    def seek(self, process, positions, type="ok", topic=None, final=False) -> int:
+        v = {"positions": [{"topic": self._t(topic), "partition": p, "offset": o}
+                           for p, o in positions]}
+        return self._op(process, "seek", v, v, type, final=final)
+
+    def assign(self, process, partitions, type="ok", topic=None) -> int:
+        v = {"partitions": [{"topic": self._t(topic), "partition": p} for p in partitions]}
+        return self._op(process, "assign", v, v, type)
+
+    def commit_offsets(self, process, group, offsets, type="ok", topic=None) -> int:
+        v = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+                                          "offset": o} for p, o in offsets]}
+        return self._op(process, "commit_offsets", v, v, type)
+
+    def send_offsets(self, process, txn, group, offsets, type="ok", topic=None) -> int:
+        v = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+                                          "offset": o} for p, o in offsets]}
+        return self._op(process, "send_offsets", v, v, type, txn)
+
+    def fetch_offsets(self, process, group, offsets, type="ok", topic=None) -> int:
+        asked = {"group": group, "partitions": [{"topic": self._t(topic), "partition": p}
+                                                for p, _ in offsets]}
+        got = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+                                            "offset": o} for p, o in offsets]}
+        return self._op(process, "fetch_offsets", asked, got, type)
+
+    def watermarks(self, process, partitions, topic=None) -> int:
+        """partitions: (partition, low, high, lso) tuples."""
+        got = {"partitions": [{"topic": self._t(topic), "partition": p, "low": lo,
+                               "high": hi, "lso": lso} for p, lo, hi, lso in partitions]}
+        return self._op(process, "watermarks", {}, got, final=True)
+
+    def fault(self, f, value=None) -> int:
+        return self.w.fault(f, value or {})
