@@ -33,17 +33,17 @@ What the model promises, which is what Kafka promises:
 - committed group offsets change only by commit_offsets (applied at `ok`, maybe at
   `info`) or by a committed transaction's send_offsets; fetch_offsets returns them.
 
-Roles of processes (names say the role): `p*` idempotent producers, `tp*` transactional
-producers, `c*` consumers (alternating read_committed and read_uncommitted, each with its
-own group), `pipe0` a consume-transform-produce pipeline from topic `in` to `out`, and
+Roles of processes (names say the role): `p*` idempotent producers (topics `t`, `in`),
+`tp*` transactional producers (`tx`, `in`), `c*` consumers (alternating read_committed,
+on every topic, and read_uncommitted, on `t` unless Shape.ru_everywhere; each with its
+own group), `pipe0` a consume-transform-produce pipeline from `in` to `out`, and
 `nemesis` (faults, which the model ignores: it is a valid Kafka under any fault).
 
-The pipeline reads with one poll per transaction, whole transactions at a time: it never
-takes part of a committed transaction's input records and leaves the rest beyond its
-cut. Kafka does not promise that (its read_committed is read committed, not snapshot
-isolation), but a pipeline that cut transactions would create read skew (G-single),
-which the checkers report; keeping the cut whole keeps the synthesized history inside
-what the checkers accept without giving up LSO blocking or concurrent producers.
+The pipeline polls once per transaction, like Kafka: it may take part of a committed
+transaction's input (the rest held back by the LSO in another partition) and see the
+rest in its next transaction. That is read skew, which Kafka's read_committed allows:
+the checkers must report the resulting cycles as notes, not violations. With
+Shape.whole_txn_reads it cuts its reads so each input transaction is taken whole.
 
 Final phase: producers stop, the coordinator aborts abandoned transactions, the pipeline
 drains its input and commits, then `final0` reads every partition from offset 0 up to the
@@ -63,8 +63,9 @@ from typing import Any
 RC = "read_committed"
 RU = "read_uncommitted"
 
-TOPIC_PLAIN = "t"
-TOPIC_IN = "in"
+TOPIC_PLAIN = "t"    # written by idempotent producers only
+TOPIC_TXN = "tx"     # written by transactional producers only
+TOPIC_IN = "in"      # both; the pipeline's input
 TOPIC_OUT = "out"
 PIPE_GROUP = "g-pipe"
 
@@ -246,6 +247,7 @@ class _Ctx:
         self.draining = False
         self._value = 0
         self.groups: list[str] = []
+        self.whole_txn_reads = False
 
     def value(self) -> int:
         self._value += 1
@@ -297,7 +299,7 @@ def _producer(ctx: _Ctx, name: str) -> Iterator[Op]:
     m, rng = ctx.model, ctx.rng
     parts = ctx.partitions(TOPIC_PLAIN, TOPIC_IN)
     while not ctx.stopping:
-        recs = []
+        recs: list[tuple[TP, int]] = []
         for _ in range(rng.choice((1, 1, 1, 2, 3))):
             # Sometimes two records for one partition in one send, to test order within an op.
             tp = recs[-1][0] if recs and rng.random() < 0.3 else rng.choice(parts)
@@ -323,7 +325,7 @@ def _producer(ctx: _Ctx, name: str) -> Iterator[Op]:
 def _txn_producer(ctx: _Ctx, name: str) -> Iterator[Op]:
     m, rng = ctx.model, ctx.rng
     tid = f"tx-{name}"
-    parts = ctx.partitions(TOPIC_PLAIN, TOPIC_IN)
+    parts = ctx.partitions(TOPIC_TXN, TOPIC_IN)
     n = 0
     abandoned: list[int] = []
     while not ctx.stopping:
@@ -380,9 +382,9 @@ def _txn_producer(ctx: _Ctx, name: str) -> Iterator[Op]:
         yield Op("commit_txn", {}, commit, txn=txn)
 
 
-def _consumer(ctx: _Ctx, name: str, isolation: str, group: str) -> Iterator[Op]:
+def _consumer(ctx: _Ctx, name: str, isolation: str, group: str,
+              universe: list[TP]) -> Iterator[Op]:
     m, rng = ctx.model, ctx.rng
-    universe = ctx.partitions(TOPIC_PLAIN, TOPIC_IN, TOPIC_OUT)
     positions: dict[TP, int] = {}
 
     def assign_op(parts: list[TP]) -> Op:
@@ -440,7 +442,8 @@ def _consumer(ctx: _Ctx, name: str, isolation: str, group: str) -> Iterator[Op]:
             yield Op("commit_offsets", value, commit)
         else:
             g = rng.choice(ctx.groups)
-            parts = rng.sample(universe, rng.randint(1, len(universe)))
+            everything = list(m.logs)
+            parts = rng.sample(everything, rng.randint(1, len(everything)))
             value = {"group": g, "partitions": _tps(parts)}
 
             def fetch(g=g, parts=parts, value=value):
@@ -495,7 +498,9 @@ def _pipeline(ctx: _Ctx, name: str) -> Iterator[Op]:
         after: dict[TP, int] = {}
 
         def poll(got=got, after=after):
-            cut = m.whole_txn_cut(positions, rng.choice((1, 2, 4, 8)))
+            limit = rng.choice((1, 2, 4, 8))
+            cut = (m.whole_txn_cut(positions, limit) if ctx.whole_txn_reads else
+                   {tp: m.read(tp, positions[tp], RC, limit)[1] for tp in inputs})
             recs = []
             for tp in inputs:
                 rs, after[tp] = m.read(tp, positions[tp], RC, 1 << 30, cutoff=cut[tp])
@@ -686,15 +691,23 @@ class Shape:
     partitions: int = 2
     pipeline: bool = True
     nemesis: bool = True
+    # Where read_uncommitted consumers read. The checkers count a read_uncommitted
+    # read of an aborted record as aborted_read (it is the known-bad configuration of
+    # docs/design: an exactly-once reader must not see aborts), so by default they read
+    # only the topic no transaction writes; True puts them on every topic.
+    ru_everywhere: bool = False
+    # The pipeline takes each input transaction whole (no read skew; see above).
+    whole_txn_reads: bool = False
     roles: tuple[str, ...] = field(default=("txn", "producer", "rc", "ru", "txn", "rc", "producer"))
 
 
 def synthesize_into(sink: Callable[[Event], None], seed: int, shape: Shape = Shape()) -> int:
     """Stream a valid history into `sink`, one event dict at a time; returns the count."""
     rng = random.Random(seed)
-    topics = {TOPIC_PLAIN: shape.partitions, TOPIC_IN: shape.partitions, TOPIC_OUT: shape.partitions}
+    topics = {t: shape.partitions for t in (TOPIC_PLAIN, TOPIC_TXN, TOPIC_IN, TOPIC_OUT)}
     model = Model(topics)
     ctx = _Ctx(model, rng, topics)
+    ctx.whole_txn_reads = shape.whole_txn_reads
     em = _Emitter(sink, rng)
     procs: list[_Proc] = []
     counts: dict[str, int] = {}
@@ -711,7 +724,9 @@ def synthesize_into(sink: Callable[[Event], None], seed: int, shape: Shape = Sha
             gen = _producer(ctx, name)
         else:
             ctx.groups.append(f"g-{name}")
-            gen = _consumer(ctx, name, RC if role == "rc" else RU, f"g-{name}")
+            universe = (ctx.partitions(TOPIC_PLAIN) if role == "ru" and not shape.ru_everywhere
+                        else list(model.logs))
+            gen = _consumer(ctx, name, RC if role == "rc" else RU, f"g-{name}", universe)
         procs.append(_Proc(name, gen))
     pipes = []
     if shape.pipeline:
@@ -791,6 +806,8 @@ class _Script:
         self.logs: dict[TP, list[tuple]] = {}
         self.status: dict[str, int] = {}
         self.open_first: dict[str, dict[TP, int]] = {}
+        # Where the scenario's final reader starts in each partition (default 0).
+        self.final_from: dict[TP, int] = {}
 
     def val(self) -> int:
         self.value_ += 1
@@ -820,6 +837,10 @@ class _Script:
             self.status.setdefault(txn, _OPEN)
             self.open_first.setdefault(txn, {})[tp] = min(off, self.open_first.get(txn, {}).get(tp, off))
         return off
+
+    def truncate(self, tp: TP, size: int) -> None:
+        """The log loses its tail, as a leader elected without it would."""
+        del self.log(tp)[size:]
 
     def end(self, txn: str, commit: bool) -> None:
         for tp in self.open_first.get(txn, {}):
@@ -871,11 +892,12 @@ class _Script:
         recs = []
         for tp in parts:
             for off, e in enumerate(self.logs[tp]):
-                if e is not None and e[0] == "rec" and (e[2] is None or self.status[e[2]] == _COMMITTED):
+                if off >= self.final_from.get(tp, 0) and e is not None and e[0] == "rec" and (e[2] is None or self.status[e[2]] == _COMMITTED):
                     recs.append(_read_rec(tp, off, e[1]))
         save, self.events = self.events, []
         self.assign("xfinal", parts)
-        self.op("xfinal", "seek", {"positions": _offsets({tp: 0 for tp in parts})})
+        self.op("xfinal", "seek", {"positions": _offsets(
+            {tp: self.final_from.get(tp, 0) for tp in parts})})
         h = self.invoke("xfinal", "poll", {"isolation": RC})
         self.complete(h, {"isolation": RC, "records": recs})
         for ev in self.events[-2:]:
@@ -912,13 +934,25 @@ def _sc_inconsistent_offset(s: _Script) -> None:
 
 def _sc_lost_write(s: _Script) -> None:
     v, u = s.val(), s.val()
-    s.send("x0", _x(0), v, s.append(_x(0), v, hole=True))
+    off = s.append(_x(0), v, hole=True)  # acknowledged, then lost from the log
+    s.send("x0", _x(0), v, off)
     s.send("x0", _x(0), u, s.append(_x(0), u))
+    # A reader goes over v's offset and finds only u.
+    s.assign("x1", [_x(0)])
+    s.op("x1", "seek", {"positions": _offsets({_x(0): off})})
+    s.poll("x1", [(_x(0), off + 1, u)])
+    # The final reader starts past it, so the loss is not also `unseen` (which is a
+    # lost write that the final reads went over).
+    s.final_from[_x(0)] = off + 1
 
 
 def _sc_unseen(s: _Script) -> None:
-    v = s.val()
-    s.send("x0", _x(0), v, s.append(_x(0), v, hole=True))
+    a, v = s.val(), s.val()
+    s.send("x0", _x(0), a, s.append(_x(0), a))
+    s.send("x0", _x(0), v, s.append(_x(0), v))
+    # The log ends before v: the final reads cannot see it, and no reader went over it
+    # (which would make it a lost_write).
+    s.truncate(_x(0), 1)
 
 
 def _sc_aborted_read(s: _Script) -> None:
@@ -944,12 +978,16 @@ def _sc_precommitted_read(s: _Script) -> None:
 
 
 def _sc_torn_txn(s: _Script) -> None:
-    v1, v2 = s.val(), s.val()
+    v1, v2, u = s.val(), s.val(), s.val()
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
     s.send("x0", _x(0), v1, s.append(_x(0), v1, "x0/1"), txn="x0/1")
     s.send("x0", _x(1), v2, s.append(_x(1), v2, "x0/1", hole=True), txn="x0/1")
-    s.op("x0", "commit_txn", {}, txn="x0/1")
+    # Unknown outcome: v1 being visible proves the commit, v2 missing tears it. With an
+    # acknowledged commit the missing v2 would also be a lost_write and unseen.
+    s.op("x0", "commit_txn", {}, type_="info", error="REQUEST_TIMED_OUT", txn="x0/1")
     s.end("x0/1", commit=True)
+    # A later write, so read_committed readers go over v2's offset.
+    s.send("x2", _x(1), u, s.append(_x(1), u))
 
 
 def _sc_poll_skip(s: _Script) -> None:
@@ -1012,36 +1050,39 @@ def _sc_g1c(s: _Script) -> None:
     a, b, c = s.val(), s.val(), s.val()
     s.assign("x0", [_x(1)])
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
-    s.send("x0", _x(0), a, s.append(_x(0), a, "x0/1"), txn="x0/1")
     s.op("x1", "begin_txn", {"tid": "tx-x1"}, txn="x1/1")
+    slot = s.reserve(_x(0))
     s.send("x1", _x(0), b, s.append(_x(0), b, "x1/1"), txn="x1/1")
     coff = s.append(_x(1), c, "x1/1")
     s.send("x1", _x(1), c, coff, txn="x1/1")
     s.op("x1", "commit_txn", {}, txn="x1/1")
     s.end("x1/1", commit=True)
-    # x0/1 wrote before x1/1 (ww) and read what x1/1 wrote (wr): a cycle.
-    s.poll("x0", [(_x(1), coff, c)], txn="x0/1")
+    s.poll("x0", [(_x(1), coff, c)], txn="x0/1")  # wr x1/1 -> x0/1
+    # ww x0/1 -> x1/1: a lands before b although a was sent after b was acknowledged.
+    # Concurrent transactions may form ww + wr cycles (notes); this one also
+    # contradicts real time, which makes it a violation.
+    s.send("x0", _x(0), a, s.fill(_x(0), slot, a, "x0/1"), txn="x0/1")
     s.op("x0", "commit_txn", {}, txn="x0/1")
     s.end("x0/1", commit=True)
 
 
 def _sc_g_single(s: _Script) -> None:
-    n, b, c, e = (s.val() for _ in range(4))
+    n, b, c, d = (s.val() for _ in range(4))
     noff = s.append(_x(0), n)
     s.send("x2", _x(0), n, noff)
-    s.assign("x0", [_x(0), _x(1)])
+    s.assign("x0", [_x(0)])
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
     s.op("x1", "begin_txn", {"tid": "tx-x1"}, txn="x1/1")
-    s.send("x1", _x(0), b, s.append(_x(0), b, "x1/1"), txn="x1/1")
-    # x0/1 reads x[0] up to n: it misses b (rw x0/1 -> x1/1) ...
+    slot = s.reserve(_x(1))
     s.poll("x0", [(_x(0), noff, n)], txn="x0/1")
-    coff = s.append(_x(1), c, "x1/1")
-    s.send("x1", _x(1), c, coff, txn="x1/1")
+    s.send("x0", _x(1), d, s.append(_x(1), d, "x0/1"), txn="x0/1")
+    # rw x0/1 -> x1/1: x0/1 read x[0] up to n, x1/1 writes after it.
+    s.send("x1", _x(0), b, s.append(_x(0), b, "x1/1"), txn="x1/1")
+    # ww x1/1 -> x0/1: c lands before d although c was sent after d was acknowledged,
+    # which no real-time order allows (else the cycle would be a note: read skew).
+    s.send("x1", _x(1), c, s.fill(_x(1), slot, c, "x1/1"), txn="x1/1")
     s.op("x1", "commit_txn", {}, txn="x1/1")
     s.end("x1/1", commit=True)
-    # ... and then sees c, written by the same transaction (wr x1/1 -> x0/1).
-    s.poll("x0", [(_x(1), coff, c)], txn="x0/1")
-    s.send("x0", _x(2), e, s.append(_x(2), e, "x0/1"), txn="x0/1")
     s.op("x0", "commit_txn", {}, txn="x0/1")
     s.end("x0/1", commit=True)
 
