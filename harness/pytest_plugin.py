@@ -109,3 +109,26 @@ class Trials:
 def trials(request, session_cluster, onceproof_spark, artifacts_dir, pytestconfig) -> Trials:
     return Trials(request.node.name, session_cluster, onceproof_spark, artifacts_dir,
                   pytestconfig.getoption("--shrink-budget"))
+
+
+_SUITE_ROWS: list = []
+
+
+@pytest.fixture(scope="session")
+def suite_rows() -> list:
+    return _SUITE_ROWS
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _SUITE_ROWS:
+        return
+    tr = terminalreporter
+    tr.section("onceproof suites")
+    head = f"{'suite':28} {'expected anomaly':22} {'caught':7} {'examples':>8} {'first failure':>14} {'shrunk size':>11} {'reproduced':>10}"
+    tr.write_line(head)
+    for r in _SUITE_ROWS:
+        caught = ("passed" if r.caught else "FAILED") if not r.expect or r.expect.startswith("(") else (
+            "yes" if r.caught else "NO")
+        first = f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-"
+        tr.write_line(f"{r.suite:28} {r.expect[:22]:22} {caught:7} {r.examples:>8} {first:>14} "
+                      f"{str(r.shrunk_size or '-'):>11} {r.reproduced:>10}")

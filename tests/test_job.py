@@ -1,0 +1,100 @@
+"""The commands a user types: `onceproof run` and `onceproof replay`, end to end, each in
+its own process with its own cluster, as a user would run them."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.history import read_events
+from workloads.plan import save
+
+pytestmark = pytest.mark.cluster
+
+
+def _onceproof(*args, timeout=600, cwd=None):
+    return subprocess.run(["onceproof", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def _one_line_error(out: subprocess.CompletedProcess, words: str) -> None:
+    assert out.returncode == 2, out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and words in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_run_leaves_a_checked_run_folder_and_exits_0(tmp_path):
+    out = _onceproof("run", "--rounds", "4", "--faults", "none", "--seed", "7",
+                     "--out", str(tmp_path))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "VALID" in out.stdout
+    run = next(tmp_path.glob("*/run-1"))
+    for name in ("plan.json", "history.jsonl", "verdict.json", "report.html",
+                 "logs/node1.log", "logs/toxiproxy.log"):
+        assert (run / name).exists(), name
+    assert list((run / "history.parquet").iterdir())
+    assert json.loads((run / "verdict.json").read_text())["valid"] is True
+
+
+@pytest.mark.parametrize("args,words", [
+    (("run", "--workload", "nope"), "unknown workload"),
+    (("run", "--faults", "kill,meteor"), "unknown fault meteor"),
+    (("run", "--kafka-version", "9.9"), "unknown Kafka version"),
+    (("replay", "/nonexistent/plan.json"), "cannot read plan"),
+])
+def test_bad_input_is_one_clear_line(args, words):
+    _one_line_error(_onceproof(*args, timeout=120), words)
+
+
+def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
+    proc = subprocess.Popen(["onceproof", "run", "--rounds", "60", "--faults", "none",
+                             "--seed", "3", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    history = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(tmp_path.glob("*/run-1/history.jsonl"))
+        if found and found[0].stat().st_size > 2000:
+            history = found[0]
+            break
+        time.sleep(0.5)
+    assert history is not None, "the run never started recording"
+    state = json.loads(next(tmp_path.glob("*/cluster/state.json")).read_text())
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    assert proc.returncode == 130
+    assert "interrupted" in proc.stderr.read()
+    events = read_events(history)  # a truncated last line is tolerated, anything else raises
+    assert len(events) > 5
+    pids = list(state["pids"].values())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if psutil.pid_exists(p) and
+                psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_replay_reproduces_a_saved_counterexample(tmp_path):
+    # A read_uncommitted consumer polls while a transaction is open, then it aborts: the
+    # consumer has read records of an aborted transaction. Deterministic, so it must
+    # reproduce on every run.
+    plan = {"topics": {"t": {"partitions": 1}},
+            "consumer": {"isolation.level": "read_uncommitted"},
+            "clients": {"t0": {"role": "txn_producer"}, "c0": {"role": "consumer"}},
+            "steps": [{"ops": {"t0": {"f": "begin"}}},
+                      {"ops": {"t0": {"f": "send", "n": 3}}},
+                      {"ops": {"c0": {"f": "poll", "timeout": 3.0}}},
+                      {"ops": {"t0": {"f": "abort"}}}]}
+    folder = tmp_path / "cex"
+    folder.mkdir()
+    save(plan, folder / "plan.json")
+    (folder / "verdict.json").write_text(json.dumps({"valid": False, "counts": {"aborted_read": 3}}))
+    out = _onceproof("replay", str(folder), "--runs", "2", "--artifacts", str(tmp_path / "a"))
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "reproduced aborted_read in 2 of 2 runs" in out.stdout

@@ -1,0 +1,33 @@
+"""The harness catches every configuration known to break exactly-once, and passes the
+correct one: each suite is hunted on the session cluster at a small budget, and the table
+(suite, expected anomaly, caught, time to first failure, shrunk size, reproduce rate) is
+printed at the end of the session. `onceproof suites` runs the same hunts with larger
+budgets.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.hunt import hunt
+from workloads.suites import SUITES
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = int(os.environ.get("ONCEPROOF_SUITE_EXAMPLES", 5))
+BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 150))
+
+
+@pytest.mark.parametrize("name", list(SUITES))
+def test_suite(name, cluster, onceproof_spark, artifacts_dir, suite_rows):
+    suite = SUITES[name]
+    examples = max(2, EXAMPLES // 2) if suite.known_good else EXAMPLES
+    result = hunt(suite, cluster, artifacts_dir / "suites", onceproof_spark,
+                  max_examples=examples, budget=BUDGET, replays=1, seed=0)
+    suite_rows.append(result)
+    if suite.known_good:
+        assert result.caught, f"{name} found anomalies: see {result.counterexample}"
+    else:
+        assert result.caught, (f"{name}: no {result.expect} in {result.examples} plans; "
+                               f"raise ONCEPROOF_SUITE_EXAMPLES or check the suite")
