@@ -53,6 +53,13 @@ def _explode(events: pa.Table, frame: pd.DataFrame, mask: np.ndarray, key: str) 
     return table.to_pandas(types_mapper=_nullable)
 
 
+def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate, leaving out empty frames (pandas warns about their dtypes) but
+    keeping the columns when all are empty."""
+    full = [f for f in frames if len(f)]
+    return pd.concat(full, ignore_index=True) if full else frames[0].iloc[:0]
+
+
 def _nullable(t):
     if pa.types.is_integer(t):
         return pd.Int64Dtype()
@@ -139,13 +146,13 @@ def _status(txn: pd.Series, send_type: pd.Series, outcome: pd.Series) -> np.ndar
     return np.where(in_txn, txnal, plain)
 
 
-def _writes(events, ev, ops, txns) -> pd.DataFrame:
+def _writes(path, events, ev, ops, txns) -> pd.DataFrame:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
     acked = _explode(events, ev, (f == "send") & (t == "ok"), "records")
     asked = _explode(events, ev, (f == "send") & (t == "invoke"), "records")
     asked = asked[~asked["op"].isin(acked["op"].tolist())].drop(columns=["offset"])
     asked["offset"] = pd.array([pd.NA] * len(asked), dtype="Int64")
-    rec = pd.concat([x for x in (acked, asked) if len(x)] or [acked], ignore_index=True)
+    rec = _cat([acked, asked])
     cols = ["op", "process", "txn", "type", "invoke_index", "complete_index",
             "invoke_time", "complete_time", "final"]
     w = rec.merge(ops[cols], on="op", how="left")
@@ -160,7 +167,7 @@ def _writes(events, ev, ops, txns) -> pd.DataFrame:
         d = w[dup].sort_values("invoke_index")
         v = d["value"].iloc[0]
         both = d.loc[d["value"] == v, "op"].tolist()
-        raise HistoryError(f"value {v} is written by ops {both[0]} and {both[1]}; values "
+        raise HistoryError(f"{path}: value {v} is written by ops {both[0]} and {both[1]}; values "
                            "must be unique across the history so a read names its write")
     return w.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
 
@@ -193,8 +200,8 @@ def _positions(events, ev, ops, reads) -> pd.DataFrame:
                           on="op")
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info", offset=pd.NA)
-    touched = pd.concat([reads[["process", "topic", "partition"]],
-                         sought[["process", "topic", "partition"]]]).drop_duplicates()
+    touched = _cat([reads[["process", "topic", "partition"]],
+                    sought[["process", "topic", "partition"]]]).drop_duplicates()
     causes = ops[((ops["f"] == "assign") & (ops["type"] != "fail"))
                  | ((ops["type"] == "info") & (ops["f"] != "seek"))]
     causes = causes[causes["process"] != NEMESIS]
@@ -213,7 +220,7 @@ def _offsets(events, ev, ops, txns) -> pd.DataFrame:
     asked = _explode(events, ev, np.isin(f, ["commit_offsets", "send_offsets"])
                      & (t == "invoke"), "offsets")
     fetched = _explode(events, ev, (f == "fetch_offsets") & (t == "ok"), "offsets")
-    rows = pd.concat([asked, fetched], ignore_index=True)
+    rows = _cat([asked, fetched])
     cols = ["op", "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
     rows = rows.merge(ops[cols], on="op", how="left")
     tx = txns.set_index("txn")
@@ -285,7 +292,7 @@ def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     ops["n_records"] = ops["op"].map(pd.Series(
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = _txns(ops)
-    writes = _writes(events, ev, ops, txns)
+    writes = _writes(path, events, ev, ops, txns)
     reads = _reads(events, ev, ops, txns, writes)
     frames = {
         "ops": ops, "writes": writes, "reads": reads,
@@ -307,8 +314,8 @@ def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
         "faults": int(len(frames["faults"])),
-        "partitions": int(len(pd.concat([writes[["topic", "partition"]],
-                                         reads[["topic", "partition"]]]).drop_duplicates())),
+        "partitions": int(len(_cat([writes[["topic", "partition"]],
+                                    reads[["topic", "partition"]]]).drop_duplicates())),
     }
     return tables, stats
 
@@ -333,9 +340,12 @@ def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
 
 def convert(path: str | Path, out: str | Path) -> Path:
     """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    path, out = Path(path), Path(out)
+    if path.is_dir():
+        raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
+                           "or a directory written by `convert`")
     tables, stats = flatten(path)
+    out.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
         pq.write_table(table, out / f"{name}.parquet")
     (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),

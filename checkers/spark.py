@@ -41,11 +41,33 @@ def session(master: str | None = None) -> SparkSession:
         .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=ERROR")
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile=file:{_quiet_log_config()}")
     )
     _session = builder.getOrCreate()
     _session.sparkContext.setLogLevel("ERROR")
     return _session
+
+
+# Spark's own default logs WARN lines (loopback hostname, native Hadoop) to stderr
+# before setLogLevel can run; a user reading `onceproof check` wants only the verdict.
+_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _quiet_log_config() -> str:
+    import tempfile
+    path = os.path.join(tempfile.gettempdir(), f"onceproof-log4j2-{os.getuid()}.properties")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(_LOG4J)
+    return path
 
 
 def _python() -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import (anomaly, consumption, cycles, engine, groups, isolation, log_values, loss,
                ordering, pipeline)
-from .load import load
+from .load import convert, is_converted, read_parquet
 
 FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline)
 
@@ -94,13 +94,18 @@ def _plain(row: dict) -> dict:
             for k, v in row.items()}
 
 
-def check(path, spark=None, examples: int = 3) -> Verdict:
-    """Check a history (JSONL file, or a directory of its Parquet tables)."""
+def check(path, spark=None, examples: int = 3, spark_master: str | None = None) -> Verdict:
+    """Check a history (JSONL file, or a directory of its Parquet tables).
+
+    Raises HistoryError when the history cannot be read; that happens before Spark
+    starts, so a bad path costs nothing."""
     from .spark import session
-    spark = spark or session()
     started = time.perf_counter()
+    path = Path(path)
     with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
-        tables = load(path, spark, workdir=Path(work) / "tables")
+        if not is_converted(path):
+            path = convert(path, Path(work) / "tables")
+        tables = read_parquet(path, spark or session(spark_master))
         found = anomalies(tables)
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                               kind="stable")

@@ -256,3 +256,21 @@ def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, k
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out))
     sys.exit(code)
+
+
+@main.command("check")
+@click.argument("history", type=click.Path())
+@spark_option
+@click.option("--json", "json_out", type=click.Path(), default=None,
+              help="Also write the verdict as JSON to this file.")
+def check_command(history: str, spark_master: str | None, json_out: str | None) -> None:
+    """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
+    Exit 0: valid; 1: anomalies; 2: the history could not be checked."""
+    from checkers.render import run_check
+
+    from .history import HistoryError
+    try:
+        code = run_check(history, spark_master, json_out)
+    except HistoryError as exc:
+        raise SetupError(str(exc)) from None
+    sys.exit(code)

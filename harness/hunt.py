@@ -1,8 +1,8 @@
 """Hunting a suite: let Hypothesis search for a plan that shows the suite's anomaly, shrink
 it within a time budget, then replay the smallest one to see how often it reproduces.
 
-Shrinking a plan against a real cluster costs a cluster run per attempt, so it stops at
-the budget: from then on every attempt is reported as passing without running, Hypothesis
+Searching is bounded by a number of plans; shrinking, which costs a cluster run per
+attempt, by a time budget counted from the first failure: from then on every attempt is reported as passing without running, Hypothesis
 gives up (often calling the failure flaky, which for a nondeterministic system it is), and
 the smallest failure seen so far, kept by Counterexamples, is the result.
 """
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
 from workloads.plan import load, size
@@ -47,12 +48,12 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
             return not trial.verdict.valid
         return bool(trial.anomalies & suite.expect)
 
-    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=seed is not None,
+    @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
               print_blob=False)
     @given(suite.strategy(cluster.n))
     def attempt(plan):
-        if time.monotonic() - started > budget:
+        if state["first"] is not None and time.monotonic() - started - state["first"] > budget:
             return
         state["n"] += 1
         trial = run_trial(plan, cluster, scratch / f"{state['n']:04d}", spark)
@@ -62,6 +63,8 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
             store.offer(suite.name, trial, cluster)
             raise AssertionError(f"{suite.name}: {sorted(trial.anomalies)}")
 
+    if seed is not None:
+        attempt = hypothesis_seed(seed)(attempt)
     try:
         attempt()
     except (AssertionError, Flaky, BaseExceptionGroup) as exc:

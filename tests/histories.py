@@ -128,3 +128,23 @@ class History:
 
     def fault(self, f, value=None) -> int:
         return self.w.fault(f, value or {})
+
+
+def verdict(h: History, spark):
+    """Close the history and check it."""
+    from checkers import check
+    return check(h.close(), spark=spark)
+
+
+def found(v) -> set[str]:
+    """Anomaly types a verdict reports."""
+    return {t for t, n in v.counts.items() if n}
+
+
+def example(v, type: str, **expected) -> dict:
+    """The first example of `type`, asserting the given fields."""
+    assert type in v.examples, f"{type} not reported: {v.summary()}"
+    ex = v.examples[type][0]
+    for k, want in expected.items():
+        assert ex[k] == want, f"{type} example {k}={ex[k]!r}, want {want!r}: {ex}"
+    return ex
