@@ -1,0 +1,78 @@
+"""The checkers against the reference model (checkers/synth.py).
+
+Two properties: a history the model synthesizes is valid, so the checkers must find no
+violation in it; and the same kind of history with one injected anomaly of type X must
+be reported with X, and with nothing else that is a violation, except what IMPLIES[X]
+declares. Notes (g0, and cycles real time allows) may appear anywhere: Kafka allows
+them.
+
+Budget: 25 examples per property by default (each check is a few Spark jobs);
+HYPOTHESIS_PROFILE=nightly runs 300, and ONCEPROOF_SYNTH_EXAMPLES overrides both. The
+profiles themselves are registered by the onceproof pytest plugin; only the example
+count is this module's.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkers import check
+from checkers.synth import ANOMALIES, IMPLIES, NOTES, Shape, inject, synthesize, write_history
+
+_NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
+EXAMPLES = int(os.environ.get("ONCEPROOF_SYNTH_EXAMPLES") or (300 if _NIGHTLY else 25))
+
+shapes = st.builds(
+    Shape,
+    processes=st.integers(2, 9),
+    ops=st.integers(10, 300),
+    partitions=st.integers(1, 3),
+    pipeline=st.booleans(),
+    nemesis=st.booleans(),
+    whole_txn_reads=st.booleans(),
+)
+
+
+def _reproduce(seed: int, shape: Shape, anomaly: str | None, path) -> str:
+    how = f"synthesize({seed}, {shape!r})"
+    if anomaly:
+        how = f"inject({how}, {anomaly!r}, random.Random({seed}))"
+    return f"history {path}; rebuild it with checkers.synth: {how}"
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), shape=shapes)
+def test_synthesized_valid_histories_pass(spark, tmp_path_factory, seed, shape):
+    path = write_history(synthesize(seed, shape), tmp_path_factory.mktemp("valid") / "h.jsonl")
+    verdict = check(path, spark)
+    assert verdict.valid, f"{verdict.summary()}\n{_reproduce(seed, shape, None, path)}"
+    # Notes can only be cycles that real time allows.
+    assert set(verdict.counts) <= {"g0", "g1c", "g_single"}, verdict.summary()
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), shape=shapes, anomaly=st.sampled_from(ANOMALIES))
+def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, seed, shape,
+                                                    anomaly):
+    events = inject(synthesize(seed, shape), anomaly, random.Random(seed))
+    path = write_history(events, tmp_path_factory.mktemp("bad") / "h.jsonl")
+    verdict = check(path, spark)
+    why = f"{verdict.summary()}\n{_reproduce(seed, shape, anomaly, path)}"
+    assert verdict.counts.get(anomaly, 0) >= 1, f"{anomaly} not reported\n{why}"
+    assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], why
+    if anomaly not in NOTES:
+        assert not verdict.valid, why
+
+
+@pytest.mark.parametrize("anomaly", ANOMALIES)
+def test_each_injection_is_exactly_one_anomaly(spark, tmp_path, anomaly):
+    """Every type, once, on one small history: the property above samples types, so
+    this keeps a missed type from hiding behind the sampling."""
+    events = inject(synthesize(11, ops=60), anomaly, random.Random(11))
+    verdict = check(write_history(events, tmp_path / "h.jsonl"), spark)
+    assert verdict.counts.get(anomaly) == 1, verdict.summary()
+    assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], verdict.summary()
