@@ -314,6 +314,7 @@ def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
         "faults": int(len(frames["faults"])),
+        "steps": int(len(frames["steps"])),
         "partitions": int(len(_cat([writes[["topic", "partition"]],
                                     reads[["topic", "partition"]]]).drop_duplicates())),
     }

@@ -18,6 +18,9 @@ from . import (anomaly, consumption, cycles, engine, groups, isolation, log_valu
                ordering, pipeline)
 from .load import convert, is_converted, read_parquet
 
+# Below this many steps (reads + writes + position changes + ...) a history is checked
+# without Spark unless asked otherwise.
+LOCAL_STEPS = 20_000
 FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline)
 
 
@@ -94,9 +97,13 @@ def _plain(row: dict) -> dict:
             for k, v in row.items()}
 
 
-def check(path, spark=None, examples: int = 3, spark_master: str | None = None) -> Verdict:
+def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
+          local: bool | None = None) -> Verdict:
     """Check a history (JSONL file, or a directory of its Parquet tables).
 
+    local: run the per-partition pass in pandas in this process instead of on Spark;
+    by default (None) histories of fewer than LOCAL_STEPS steps are checked locally,
+    since for them Spark's fixed cost is most of the time. Same checks either way.
     Raises HistoryError when the history cannot be read; that happens before Spark
     starts, so a bad path costs nothing."""
     from .spark import session
@@ -105,8 +112,12 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None) 
     with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
         if not is_converted(path):
             path = convert(path, Path(work) / "tables")
-        tables = read_parquet(path, spark or session(spark_master))
-        found = anomalies(tables)
+        tables = read_parquet(path, None)
+        if local is None:
+            local = tables.stats.get("steps", LOCAL_STEPS) < LOCAL_STEPS
+        if not local:
+            tables.spark = spark or session(spark_master)
+        found = engine.collect(tables, FAMILIES, local=local)
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                               kind="stable")
     per_type: dict[str, int] = {}
@@ -123,6 +134,7 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None) 
     stats = dict(tables.stats)
     stats["check_seconds"] = round(time.perf_counter() - started, 3)
     stats["anomalies"] = int(len(found))
+    stats["engine"] = "local" if local else "spark"
     return Verdict(valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
                    notes=[t for t in order if t not in violating], stats=stats)

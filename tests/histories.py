@@ -130,10 +130,11 @@ class History:
         return self.w.fault(f, value or {})
 
 
-def verdict(h: History, spark):
-    """Close the history and check it."""
+def verdict(h: History, spark=None):
+    """Close the history and check it: on Spark when given a session, else with the
+    same checks run locally in pandas (checkers/engine.py)."""
     from checkers import check
-    return check(h.close(), spark=spark)
+    return check(h.close(), spark=spark, local=spark is None)
 
 
 def found(v) -> set[str]:

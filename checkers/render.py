@@ -1,0 +1,47 @@
+"""The verdict as a person reads it at a terminal (`onceproof check`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .verdict import Verdict, describe
+
+
+def table(verdict: Verdict) -> Table:
+    t = Table(title="VALID" if verdict.valid else "INVALID", title_justify="left")
+    t.add_column("anomaly")
+    t.add_column("count", justify="right")
+    t.add_column("severity")
+    t.add_column("example")
+    for name, n in verdict.counts.items():
+        examples = verdict.examples.get(name) or [{}]
+        t.add_row(name, str(n), "note" if name in verdict.notes else "violation",
+                  escape(describe(examples[0])))
+    if not verdict.counts:
+        t.add_row("none", "0", "", "")
+    return t
+
+
+def show(verdict: Verdict, console: Console | None = None) -> None:
+    console = console or Console()
+    s = verdict.stats
+    console.print(f"{s.get('events', 0)} events, {s.get('ops', 0)} ops, {s.get('writes', 0)} "
+                  f"writes, {s.get('reads', 0)} reads, {s.get('partitions', 0)} partitions, "
+                  f"checked in {s.get('check_seconds', 0)}s")
+    console.print(table(verdict))
+
+
+def run_check(history: str, spark_master: str | None = None, json_out: str | None = None,
+              console: Console | None = None) -> int:
+    """Check `history`, print the verdict, optionally save it; the exit code: 0 valid,
+    1 anomalies. (HistoryError, for what could not be checked, propagates.)"""
+    from .verdict import check
+    verdict = check(history, spark_master=spark_master)
+    show(verdict, console)
+    if json_out:
+        Path(json_out).write_text(verdict.to_json())
+    return 0 if verdict.valid else 1

@@ -1,0 +1,11 @@
+"""Shared fixtures. One SparkSession serves the whole test session: starting a JVM
+costs seconds."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from checkers.spark import session
+    return session()

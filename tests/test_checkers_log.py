@@ -1,0 +1,142 @@
+"""What the log holds: duplicate, inconsistent_offset, unattributed_read, lost_write,
+unseen, hanging_txn. Each anomaly has a history with it and a valid one without."""
+from __future__ import annotations
+
+from histories import RC, RU, History, example, found, verdict
+
+
+def test_duplicate(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    poll = h.poll("c0", [(0, 0, 1), (0, 1, 1)])
+    v = verdict(h)
+    assert found(v) == {"duplicate"} and not v.valid
+    example(v, "duplicate", process="c0", op=poll, topic="t", partition=0, offset=1, value=1)
+
+
+def test_no_duplicate_when_each_value_has_one_offset(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.poll("c1", [(0, 0, 1)], isolation=RU)
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_inconsistent_offset(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.send("p1", [(0, 2)])
+    h.seek("c0", [(0, 0)])
+    poll = h.poll("c0", [(0, 0, 2)])
+    v = verdict(h)
+    # The acknowledged value 1 is gone from offset 0: the log lost it, too.
+    assert found(v) == {"inconsistent_offset", "lost_write"}
+    ex = example(v, "inconsistent_offset", partition=0, offset=0, value=2, op=poll)
+    assert "values 1, 2" in ex["detail"]
+
+
+def test_unattributed_read(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    poll = h.poll("c0", [(0, 0, 1), (0, 1, 99)])
+    v = verdict(h)
+    assert found(v) == {"unattributed_read"}
+    example(v, "unattributed_read", process="c0", op=poll, offset=1, value=99)
+
+
+def test_lost_write_at_a_known_offset(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 2)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"lost_write"}
+    ex = example(v, "lost_write", process="p0", op=lost, partition=0, offset=1, value=2)
+    assert "c0" in ex["detail"]
+
+
+def test_lost_write_at_an_offset_bounded_by_its_neighbours(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1)])
+    lost = h.send("p0", [(0, 2)])
+    h.send("p0", [(0, 3)])
+    h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"lost_write"}
+    example(v, "lost_write", op=lost, value=2, offset=None)
+
+
+def test_no_lost_write_for_a_write_landing_after_the_reader_stopped(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1)])
+    h.poll("c0", [(0, 0, 1)])
+    h.send("p0", [(0, 2)])  # its offset is unknown and may be past what c0 read
+    h.send("p0", [(0, 3)], type="info")
+    h.txn("p1", "T", [(0, 4)], outcome="info")
+    h.txn("p1", "U", [(0, 5)], outcome="abort")
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_unseen_past_the_final_high_watermark(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    gone = h.send("p0", [(0, 2, 1)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1)], final=True)
+    h.watermarks("final", [(0, 0, 1, 1)])
+    v = verdict(h)
+    assert found(v) == {"unseen"}
+    ex = example(v, "unseen", process="p0", op=gone, offset=1, value=2)
+    assert "high watermark 1" in ex["detail"]
+
+
+def test_unseen_inside_the_final_scan(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    gone = h.send("p0", [(0, 2)])
+    h.send("p0", [(0, 3, 2)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1)], final=True)
+    h.poll("final", [(0, 2, 3)], final=True)
+    h.watermarks("final", [(0, 0, 3, 3)])
+    v = verdict(h)
+    # The final reader also skipped offset 1, which c0 saw holding value 2.
+    assert found(v) == {"unseen", "poll_skip"}
+    example(v, "unseen", op=gone, value=2, offset=1)
+
+
+def test_final_reads_that_saw_everything_are_valid(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.txn("p1", "T", [(0, 2, 1)])   # the commit marker takes offset 2
+    h.send("p0", [(0, 3)], type="info")  # may be lost: not judged
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1), (0, 1, 2)], final=True)
+    h.watermarks("final", [(0, 0, 3, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_hanging_txn(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T")
+    h.send("p1", [(0, 1, 0)], txn="T")
+    wm = h.watermarks("final", [(0, 0, 1, 0)])
+    v = verdict(h)
+    assert found(v) == {"hanging_txn"}
+    example(v, "hanging_txn", op=wm, partition=0, offset=0)
+
+
+def test_no_hanging_txn_when_the_lso_caught_up(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T", [(0, 1, 0)])
+    h.watermarks("final", [(0, 0, 2, 2)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()

@@ -1,0 +1,217 @@
+"""The history writer and reader (harness/history.py) and the fast parser that must
+agree with the reader (checkers/parse.py). No Spark."""
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+
+import pytest
+
+from checkers.load import flatten
+from checkers.parse import events_table
+from harness.history import HistoryError, HistoryWriter, read_events
+
+
+def _write_sample(path):
+    with HistoryWriter(path) as w:
+        op = w.invoke("p0", "send", {"records": [{"topic": "t", "partition": 0, "value": 1}]},
+                      txn="T1")
+        w.ok(op, {"records": [{"topic": "t", "partition": 0, "value": 1, "offset": 0}]})
+        op = w.invoke("c0", "poll", {"isolation": "read_committed"}, final=True)
+        w.info(op, "timeout")
+        w.fault("kill", {"node": 2})
+        w.invoke("c0", "poll", {"isolation": "read_committed"})  # never completed
+    return path
+
+
+def test_writer_records_jepsen_pairs_with_indexes_ops_and_times(tmp_path):
+    path = _write_sample(tmp_path / "h.jsonl")
+    events = read_events(path)
+    assert [e["index"] for e in events] == list(range(len(events)))
+    assert [(e["op"], e["type"]) for e in events] == [
+        (0, "invoke"), (0, "ok"), (1, "invoke"), (1, "info"), (2, "invoke"), (2, "ok"),
+        (3, "invoke")]
+    assert events[1]["txn"] == "T1" and events[1]["value"]["records"][0]["offset"] == 0
+    assert events[3]["final"] is True and events[3]["error"] == "timeout"
+    assert events[4]["process"] == "nemesis" and events[4]["f"] == "kill"
+    times = [e["time"] for e in events]
+    assert times == sorted(times)
+
+
+def test_writer_flushes_each_event_before_close(tmp_path):
+    path = tmp_path / "h.jsonl"
+    w = HistoryWriter(path)
+    op = w.invoke("p0", "commit_txn", {}, txn="T")
+    assert len(read_events(path)) == 1  # on disk while the writer is still open
+    w.ok(op)
+    assert [e["type"] for e in read_events(path)] == ["invoke", "ok"]
+    w.close()
+
+
+def test_writer_rejects_completing_an_op_twice(tmp_path):
+    with HistoryWriter(tmp_path / "h.jsonl") as w:
+        op = w.invoke("p0", "begin_txn", {"tid": "x"})
+        w.ok(op)
+        with pytest.raises(ValueError):
+            w.ok(op)
+        with pytest.raises(ValueError):
+            w.complete(op + 5, "ok")
+
+
+def test_writer_is_safe_under_concurrent_clients(tmp_path):
+    path = tmp_path / "h.jsonl"
+    per_thread = 200
+    with HistoryWriter(path) as w:
+        def client(name):
+            for i in range(per_thread):
+                op = w.invoke(name, "send", {"records": [{"topic": "t", "partition": 0,
+                                                          "value": hash((name, i)) % 10**9}]})
+                w.ok(op, {})
+        threads = [threading.Thread(target=client, args=(f"p{k}",)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    events = read_events(path)  # validates pairing, index order, one completion per op
+    assert len(events) == 8 * per_thread * 2
+    assert [e["index"] for e in events] == list(range(len(events)))
+    assert len({e["op"] for e in events}) == 8 * per_thread
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    path = _write_sample(tmp_path / "h.jsonl")
+    with open(path, "a") as f:
+        f.write('{"index": 7, "op": 4, "process": "p0", "ty')
+    with pytest.warns(UserWarning, match=r"h\.jsonl:8: skipped a truncated last line"):
+        events = read_events(path)
+    assert len(events) == 7
+    with pytest.warns(UserWarning, match="truncated last line"):
+        table = events_table(path)
+    assert table.num_rows == 7
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("{not json", "not valid JSON"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send"}',
+     "missing required field 'time'"),
+    ('{"index": 1, "op": "9", "process": "p", "type": "invoke", "f": "send", "time": 5}',
+     "field 'op' must be an integer"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": true}',
+     "field 'time' must be an integer"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "maybe", "f": "send", "time": 5}',
+     "type must be one of"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "ok", "f": "send", "time": 5}',
+     "before any invoke"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
+     '"value": {"records": [{"topic": "t", "partition": "zero", "value": 1}]}}',
+     r"records\[0\]\.partition of a send must be an integer"),
+])
+def test_a_malformed_middle_line_names_its_line(tmp_path, line, problem):
+    path = tmp_path / "h.jsonl"
+    good = {"index": 0, "op": 0, "process": "p", "type": "invoke", "f": "commit_txn",
+            "time": 1, "value": {}}
+    last = {**good, "index": 2, "type": "ok", "time": 3}
+    path.write_text("\n".join([json.dumps(good), line, json.dumps(last)]) + "\n")
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=rf"h\.jsonl:2: .*{problem}") as exc:
+            read(path)
+        assert "\n" not in str(exc.value)
+
+
+def test_missing_file_is_a_history_error(tmp_path):
+    with pytest.raises(HistoryError, match="no such history file"):
+        events_table(tmp_path / "absent.jsonl")
+
+
+def test_fast_parser_and_reader_agree(tmp_path):
+    path = _write_sample(tmp_path / "h.jsonl")
+    table = events_table(path)
+    events = read_events(path)
+    assert table.column("op").to_pylist() == [e["op"] for e in events]
+    assert table.column("final").to_pylist() == [e.get("final") for e in events]
+
+
+def test_non_string_key_falls_back_to_the_reader(tmp_path):
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as w:
+        op = w.invoke("p0", "send", {"records": [{"topic": "t", "partition": 0, "key": 7,
+                                                  "value": 1}]})
+        w.ok(op, {"records": [{"topic": "t", "partition": 0, "key": 7, "value": 1,
+                               "offset": 0}]})
+    tables, _ = flatten(path)
+    assert tables["writes"].column("key").to_pylist() == ["7"]
+
+
+def test_invoke_without_completion_counts_as_info(tmp_path):
+    path = _write_sample(tmp_path / "h.jsonl")
+    ops = flatten(path)[0]["ops"].to_pandas()
+    last = ops[ops["op"] == 3].iloc[0]
+    assert last["type"] == "info" and last["complete_index"] is None or \
+        last["complete_index"] != last["complete_index"]
+
+
+def test_transaction_outcomes_follow_the_documented_rules(tmp_path):
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as w:
+        def op(proc, f, txn, type="ok"):
+            o = w.invoke(proc, f, {}, txn=txn)
+            w.complete(o, type, {}, None if type == "ok" else "err")
+        op("p", "begin_txn", "ok")
+        op("p", "commit_txn", "ok")
+        op("p", "begin_txn", "refused")
+        op("p", "commit_txn", "refused", "fail")
+        op("p", "begin_txn", "maybe")
+        op("p", "commit_txn", "maybe", "info")
+        op("p", "begin_txn", "maybe-then-abort")
+        op("p", "commit_txn", "maybe-then-abort", "info")
+        op("p", "abort_txn", "maybe-then-abort")
+        op("p", "begin_txn", "aborted")
+        op("p", "abort_txn", "aborted", "info")
+        op("p", "begin_txn", "abandoned")
+    txns = flatten(path)[0]["txns"].to_pandas().set_index("txn")["outcome"].to_dict()
+    assert txns == {"ok": "committed", "refused": "aborted", "maybe": "unknown",
+                    "maybe-then-abort": "unknown", "aborted": "aborted",
+                    "abandoned": "aborted"}
+
+
+def test_write_statuses(tmp_path):
+    from histories import History
+    with History(tmp_path / "h.jsonl") as h:
+        h.send("p0", [(0, 1, 0)])
+        h.send("p0", [(0, 2)], type="fail")
+        h.send("p0", [(0, 3)], type="info")
+        h.txn("p1", "A", [(0, 4, 1)])
+        h.txn("p1", "B", [(0, 5, 2)], outcome="abort")
+        h.txn("p1", "C", [(0, 6, 3)], outcome="info")
+    writes = flatten(h.path)[0]["writes"].to_pandas().set_index("value")
+    assert writes["status"].to_dict() == {1: "committed", 2: "failed", 3: "unknown",
+                                          4: "committed", 5: "aborted", 6: "unknown"}
+    assert writes.loc[1, "offset"] == 0 and writes.loc[4, "txn_outcome"] == "committed"
+
+
+def test_a_value_written_twice_is_refused(tmp_path):
+    from histories import History
+    with History(tmp_path / "h.jsonl") as h:
+        h.send("p0", [(0, 1, 0)])
+        h.send("p1", [(0, 1, 1)])
+    with pytest.raises(HistoryError, match="value 1 is written by ops 0 and 1"):
+        flatten(h.path)
+
+
+def test_reads_carry_their_writer(tmp_path):
+    from histories import History
+    with History(tmp_path / "h.jsonl") as h:
+        h.txn("p1", "A", [(0, 4, 0)])
+        h.poll("c0", [(0, 0, 4), (0, 1, 77)])
+    reads = flatten(h.path)[0]["reads"].to_pandas().set_index("value")
+    assert reads.loc[4, "w_found"] and reads.loc[4, "w_txn"] == "A"
+    assert reads.loc[4, "w_status"] == "committed"
+    assert not reads.loc[77, "w_found"]
+
+
+def test_warnings_do_not_leak_from_a_clean_history(tmp_path):
+    path = _write_sample(tmp_path / "h.jsonl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flatten(path)
