@@ -274,3 +274,17 @@ def check_command(history: str, spark_master: str | None, json_out: str | None) 
     except HistoryError as exc:
         raise SetupError(str(exc)) from None
     sys.exit(code)
+
+
+@main.command("report")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+def report_command(folder: str) -> None:
+    """Write FOLDER/report.html from a run folder's history.jsonl (and verdict.json and
+    plan.json when present): one page to open in a browser."""
+    from .history import HistoryError
+    from .report import write_report
+    try:
+        path = write_report(folder)
+    except HistoryError as exc:
+        raise SetupError(str(exc)) from None
+    click.echo(str(path))

@@ -1,0 +1,330 @@
+"""One self-contained HTML page per run: verdict, timeline, latencies, anomalies, ops.
+
+`write_report(folder)` reads what a run left in its folder (history.jsonl, and
+verdict.json and plan.json when they are there; docs/history.md describes the history)
+and writes folder/report.html: a page a person opens in a browser to see whether the run
+was valid, what the clients did while which fault was in force, and, from each anomaly's
+examples, one click to the operations that show it.
+
+The page stays small whatever the history's size: figures are PNGs drawn at a fixed
+width, and the operations table holds only the ops the anomalies point at (with their
+neighbours, for context), the faults, and the first few hundred ops.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from . import report_faults, report_plots
+from .history import NEMESIS
+from .report_history import History, load
+from .report_text import DEFINITIONS, summary
+
+FIRST_OPS = 300
+CONTEXT = 2  # neighbours of a linked op shown on each side, per process and overall
+MAX_LINKED = 2000
+PER_TXN = 12
+PER_VALUE = 8
+MAX_FAULT_ROWS = 500
+MAX_WINDOW_ROWS = 200
+# checkers.anomaly.COLUMNS, without importing pyspark for it
+EXAMPLE_FIELDS = ("type", "severity", "process", "op", "topic", "partition", "offset", "value",
+                  "txn", "detail")
+
+
+@dataclass
+class Example:
+    fields: dict
+    links: list[tuple[str, list[int]]] = field(default_factory=list)  # (what, op ids)
+
+
+def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
+                 max_linked: int = MAX_LINKED) -> Path:
+    """Write folder/report.html from folder/history.jsonl (and verdict.json, plan.json
+    if present); returns its path."""
+    folder = Path(folder)
+    history = load(folder / "history.jsonl")
+    verdict = _read_verdict(folder / "verdict.json")
+    plan = _read_json(folder / "plan.json")
+    faults = history.fault_ops
+    fault_values = history.values(_rows(faults))
+    windows = report_faults.windows(faults, fault_values, history.duration)
+    examples = _examples(history, verdict, max_linked)
+    linked: dict[int, set[str]] = {}
+    for kind, exs in examples.items():
+        for ex in exs:
+            for _, ops in ex.links:
+                for op in ops:
+                    linked.setdefault(op, set()).add(kind)
+    shown = _table_ops(history, set(linked), first_ops, context)
+    values = history.values(_rows(shown))
+    marked = {ex.fields.get("value") for exs in examples.values() for ex in exs
+              if ex.fields.get("value") is not None}
+    page = _template().render(
+        folder=folder, verdict=verdict, facts=_facts(folder, plan, history, verdict),
+        outcomes=_outcomes(history), kinds=_kinds(history.client_ops),
+        faults=_kinds(faults), windows=windows,
+        max_windows=MAX_WINDOW_ROWS,
+        timeline=_timeline(history, windows), latency=_latency(history),
+        dense=len(history.client_ops) > report_plots.DENSE,
+        throughput=report_plots.throughput(history.client_ops, windows, history.duration),
+        anomalies=_anomaly_rows(verdict, examples), shown_ids=set(shown["op"]),
+        rows=_op_rows(shown, values, linked, marked, len(history.ops)),
+        n_ops=len(history.ops))
+    out = folder / "report.html"
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_verdict(path: Path) -> dict | None:
+    """verdict.json as Verdict.to_dict() writes it, with any missing field defaulted so
+    a hand-written or older verdict still renders."""
+    d = _read_json(path)
+    if not isinstance(d, dict):
+        return None
+    examples = {t: [{**{c: None for c in EXAMPLE_FIELDS}, **ex} for ex in exs]
+                for t, exs in (d.get("examples") or {}).items()}
+    return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
+            "examples": examples, "notes": list(d.get("notes") or []),
+            "stats": dict(d.get("stats") or {})}
+
+
+def _template() -> jinja2.Template:
+    text = resources.files("harness").joinpath("templates/report.html").read_text("utf-8")
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.from_string(text)
+
+
+def _rows(ops: pd.DataFrame) -> list[int]:
+    return [int(r) for r in pd.concat([ops["invoke_row"], ops["done_row"]]).dropna()]
+
+
+# ----------------------------------------------------------------------------- facts
+
+def _outcomes(h: History) -> dict[str, int]:
+    counts = h.client_ops["outcome"].value_counts()
+    return {k: int(counts.get(k, 0)) for k in ("ok", "fail", "info")}
+
+
+def _kinds(ops: pd.DataFrame) -> list[dict]:
+    """Ops per kind and outcome, most frequent kinds first."""
+    if ops.empty:
+        return []
+    t = pd.crosstab(ops["f"], ops["outcome"])
+    return [{"f": f, **{k: int(t.loc[f, k]) if k in t.columns else 0
+                       for k in ("ok", "fail", "info")}, "total": int(t.loc[f].sum())}
+            for f in t.sort_values(by=list(t.columns), ascending=False).index]
+
+
+def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
+    """What is known about the run, from whichever files the folder holds."""
+    facts = [("history", f"{len(h.events):,} events, {len(h.ops):,} ops by "
+                         f"{h.client_ops['process'].nunique()} clients over {h.duration:.3f} s "
+                         f"({_size((folder / 'history.jsonl').stat().st_size)})")]
+    state = next((s for s in (_read_json(folder / "cluster" / "state.json"),
+                              _read_json(folder.parent / "cluster" / "state.json")) if s), None)
+    version = (state or {}).get("kafka_version") or _version_from_logs(folder / "logs")
+    if version:
+        facts.append(("Kafka version", version))
+    nodes = (state or {}).get("nodes") or sorted(p.stem for p in (folder / "logs").glob("node*.log"))
+    if nodes:
+        facts.append(("nodes", ", ".join(map(str, nodes))))
+    for key in ("cluster_id", "bootstrap"):
+        if (state or {}).get(key):
+            facts.append((key.replace("_", " "), str(state[key])))
+    if isinstance(plan, dict):
+        topics = plan.get("topics") or {}
+        facts.append(("topics", ", ".join(f"{t} ({s.get('partitions')} partitions)"
+                                          for t, s in topics.items())))
+        for cid, c in (plan.get("clients") or {}).items():
+            where = ", ".join(f"{k} {c[k]}" for k in ("topic", "input", "output") if k in c)
+            config = ", ".join(f"{k}={v}" for k, v in (c.get("config") or {}).items())
+            facts.append((f"client {cid}", " · ".join(x for x in (c.get("role"), where, config) if x)))
+        steps = plan.get("steps") or []
+        n_faults = sum("fault" in s for s in steps)
+        facts.append(("plan", f"{_n(len(steps) - n_faults, 'round')}, {_n(n_faults, 'fault step')}"))
+    if verdict and verdict.get("stats"):
+        facts.extend(_stats(verdict["stats"]))
+    if (folder / "logs").is_dir():
+        facts.append(("logs", ", ".join(sorted(p.name for p in (folder / "logs").iterdir()))))
+    return facts
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _stats(stats: dict) -> list[tuple[str, str]]:
+    # Ops per kind and outcome are in the page's own tables already.
+    nested = {k: v for k, v in stats.items() if isinstance(v, dict) and k not in
+              ("ops_by_f", "ops_by_type")}
+    flat = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()
+                     if not isinstance(v, (dict, list)))
+    return [("checker stats", flat)] + [
+        (k.replace("_", " "), ", ".join(f"{a} {b}" for a, b in v.items()))
+        for k, v in nested.items()]
+
+
+def _version_from_logs(logs: Path) -> str | None:
+    # The broker prints its version at startup; a bounded read keeps huge logs cheap.
+    for log in sorted(logs.glob("node*.log")) if logs.is_dir() else ():
+        with open(log, "rb") as fh:
+            m = re.search(rb"Kafka version: (\S+)", fh.read(16 << 20))
+        if m:
+            return m.group(1).decode(errors="replace")
+    return None
+
+
+def _timeline(h: History, windows) -> str:
+    procs = h.client_ops.groupby("process")["start"].min().sort_values().index.tolist()
+    final = h.client_ops.loc[h.client_ops["final"], "start"]
+    return report_plots.timeline(h.client_ops, windows, procs, h.duration,
+                                 final_at=float(final.min()) if len(final) else None)
+
+
+def _latency(h: History) -> list[dict]:
+    done = h.client_ops[~h.client_ops["pending"]]
+    rows = []
+    for f, g in [*done.groupby("f"), ("all ops", done)]:
+        if g.empty:
+            continue
+        q = g["latency_ms"].quantile([0.5, 0.95, 0.99])
+        rows.append({"f": f, "n": len(g), "p50": q[0.5], "p95": q[0.95], "p99": q[0.99],
+                     "max": g["latency_ms"].max()})
+    return rows
+
+
+# ------------------------------------------------------------------------- anomalies
+
+_OP_REF = re.compile(r"\bops? (\d+)")
+_INDEX_REF = re.compile(r"\bindex (\d+)")
+_TXN_REF = re.compile(r"[\w.-]+/\d+")
+
+
+def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
+    """Each example of the verdict, with the ops that show it: its own op, ops and event
+    indexes its detail names, the ops of its transactions, and the sends and first reads
+    of its value."""
+    if not verdict:
+        return {}
+    ops = h.ops
+    known = set(ops["op"])
+    txns = set(ops["txn"].dropna())
+    op_of_index = pd.Series(h.events["op"].to_numpy(), index=h.events["index"].to_numpy())
+    op_of_row = h.events["op"].to_numpy()  # events are in row order
+    values = {ex.get("value") for exs in verdict.get("examples", {}).values() for ex in exs
+              if isinstance(ex.get("value"), int)}
+    value_rows = h.rows_with_values(values)
+    out: dict[str, list[Example]] = {}
+    budget = max_linked
+    for kind, exs in verdict.get("examples", {}).items():
+        for fields in exs:
+            ex = Example(fields)
+            detail = str(fields.get("detail") or "")
+            direct = [fields.get("op")] + [int(m) for m in _OP_REF.findall(detail)] + \
+                [op_of_index.get(int(m)) for m in _INDEX_REF.findall(detail)
+                 if op_of_index.index.is_unique]
+            ex.links.append(("op", _unique(o for o in direct if o is not None and int(o) in known)))
+            for txn in _unique([fields.get("txn")] + _TXN_REF.findall(detail)):
+                if txn in txns:
+                    t_ops = ops.loc[ops["txn"] == txn, "op"].tolist()
+                    ex.links.append((f"txn {txn}", t_ops[:PER_TXN // 2] + t_ops[-(PER_TXN // 2):]
+                                     if len(t_ops) > PER_TXN else t_ops))
+            value = fields.get("value")
+            if value in value_rows:
+                v_ops = _unique(int(op_of_row[r]) for r in sorted(value_rows[value]))
+                sends = set(ops.loc[ops["op"].isin(v_ops) & (ops["f"] == "send"), "op"])
+                ranked = [o for o in v_ops if o in sends] + [o for o in v_ops if o not in sends]
+                ex.links.append((f"value {value}", ranked[:PER_VALUE]))
+            ex.links = [(what, _unique(ids)) for what, ids in ex.links if ids]
+            # Past the budget, examples keep their text but lose their links.
+            n = sum(len(ids) for _, ids in ex.links)
+            if n > budget:
+                ex.links = []
+            budget -= n
+            out.setdefault(kind, []).append(ex)
+    return out
+
+
+def _unique(xs) -> list:
+    seen, out = set(), []
+    for x in xs:
+        if x is not None and x not in seen:
+            seen.add(x)
+            out.append(int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x)
+    return out
+
+
+def _anomaly_rows(verdict, examples: dict[str, list[Example]]) -> list[dict]:
+    if not verdict:
+        return []
+    order = list(DEFINITIONS)
+    counts = verdict.get("counts", {})
+    kinds = sorted(set(counts) | set(examples),
+                   key=lambda t: (order.index(t) if t in order else len(order), t))
+    notes = set(verdict.get("notes", []))
+    return [{"type": t, "count": counts.get(t, 0), "severity": "note" if t in notes else "violation",
+             "definition": DEFINITIONS.get(t, ""), "examples": examples.get(t, [])}
+            for t in kinds]
+
+
+# ---------------------------------------------------------------------------- op table
+
+def _table_ops(h: History, linked: set[int], first_ops: int, context: int) -> pd.DataFrame:
+    """The ops the table shows: the first few hundred, every fault, each linked op and
+    its `context` neighbours both in its own process and in the whole history."""
+    ops = h.ops
+    pos = pd.Series(ops.index, index=ops.index)  # ops are in history order, 0..n-1
+    keep = pos < first_ops
+    keep |= (ops["process"] == NEMESIS) & (ops.groupby("process").cumcount() < MAX_FAULT_ROWS)
+    hit = ops["op"].isin(linked)
+    if hit.any():
+        ppos = ops.groupby("process").cumcount()
+        near = pd.concat([pd.DataFrame({"process": ops.loc[hit, "process"], "n": ppos[hit] + k})
+                          for k in range(-context, context + 1)])
+        mine = pd.MultiIndex.from_arrays([ops["process"], ppos])
+        keep |= pd.Series(mine.isin(pd.MultiIndex.from_frame(near)), index=ops.index)
+        span = {int(i + k) for i in pos[hit] for k in range(-context, context + 1)}
+        keep |= pos.isin(span)
+    return ops[keep]
+
+
+def _op_rows(shown: pd.DataFrame, values: dict, linked: dict[int, set[str]], marked: set,
+             n_ops: int) -> list[dict]:
+    """Table rows in history order, with a gap row wherever ops were left out."""
+    rows, last = [], -1
+    for i, op in zip(shown.index, shown.itertuples(index=False)):
+        if i > last + 1:
+            rows.append({"gap": i - last - 1})
+        last = i
+        done = values.get(int(op.done_row)) if not pd.isna(op.done_row) else None
+        rows.append({
+            "gap": 0, "op": op.op, "process": op.process, "f": op.f, "outcome": op.outcome,
+            "pending": op.pending, "txn": op.txn if isinstance(op.txn, str) else "",
+            "start": op.start, "latency": None if pd.isna(op.latency_ms) else op.latency_ms,
+            "invoke": summary(values.get(op.invoke_row), marked),
+            "done": summary(done, marked) if done is not None else "",
+            "error": op.error if isinstance(op.error, str) else "", "final": op.final,
+            "anomalies": sorted(linked.get(op.op, ())),
+        })
+    if last < n_ops - 1:
+        rows.append({"gap": n_ops - 1 - last})
+    return rows
