@@ -39,8 +39,11 @@ SUITES = {s.name: s for s in [
           "a producer without idempotence retries a write whose ack was slow, and the "
           "broker appends it again",
           frozenset({"duplicate"}), "producers",
+          # socket.timeout.ms is librdkafka's client-side request timeout (request.timeout.ms
+          # is the broker's ack timeout, sent inside the request): below the injected
+          # response latency, every produce times out after it was appended, and is retried.
           config={"producer": {"enable.idempotence": False, "acks": "all", "retries": 20,
-                               "request.timeout.ms": 1500, "message.timeout.ms": 30000,
+                               "socket.timeout.ms": 1500, "message.timeout.ms": 30000,
                                "retry.backoff.ms": 100}},
           faults=("slow_acks",), fault_percent=60),
     Suite("read_uncommitted_aborts",
