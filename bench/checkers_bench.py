@@ -1,0 +1,189 @@
+"""How fast the checkers are on a big history, as ratios measured in one run.
+
+    python bench/checkers_bench.py --events 1m      # or 10m; --keep DIR keeps the files
+
+Steps, each timed:
+1. synthesize a valid history of about N events with checkers/synth.py, streamed to
+   JSONL (the model keeps compact per-partition arrays, never the events);
+2. convert it once to the checkers' Parquet tables (checkers.load.convert);
+3. the full check suite on those tables (checkers.check), in one SparkSession;
+4. a Spark job that only scans the same Parquet (every column of every table);
+5. pandas doing only the duplicate and lost-write checks on the same Parquet.
+
+It prints the figures: check wall time, events per second, peak RSS of the Python
+driver and of the Spark JVM (sampled by psutil), and the check's time as a ratio to the
+bare scan and to the pandas checks. It asserts nothing about time: machines differ, and
+the ratios are what to compare across changes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from checkers.synth import Shape, synthesize_file  # noqa: E402
+
+SIZES = {"1m": 1_000_000, "10m": 10_000_000}
+
+
+class PeakRSS:
+    """Peak resident memory of this process and, separately, of its children (the
+    Spark JVM and PySpark's Python workers), sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process()
+        self.driver = 0
+        self.children = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.driver = max(self.driver, self.me.memory_info().rss)
+                kids = 0
+                for c in self.me.children(recursive=True):
+                    try:
+                        kids += c.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.children = max(self.children, kids)
+            except psutil.Error:
+                pass
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(label: str, fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    dt = time.perf_counter() - t
+    print(f"  {label:<34} {dt:9.2f} s", flush=True)
+    return out, dt
+
+
+def shape_for(events: int) -> Shape:
+    # About two events per op, plus the final phase's reads.
+    return Shape(processes=12, ops=max(100, events // 2 - events // 40), partitions=6)
+
+
+def spark_scan(spark, tables: Path) -> int:
+    """Every column of every table read once, nothing computed: Spark's floor here."""
+    n = 0
+    for f in sorted(tables.glob("*.parquet")):
+        df = spark.read.parquet(str(f))
+        df.write.format("noop").mode("overwrite").save()
+        n += 1
+    return n
+
+
+def pandas_checks(tables: Path) -> dict[str, int]:
+    """duplicate and lost_write in plain pandas, on the same Parquet tables.
+
+    duplicate: a value observed (acked or read) at two offsets of a partition.
+    lost_write: an acknowledged write (status committed) with a known offset, never
+    read, below the highest offset read in its partition. (The Spark checker bounds
+    unknown offsets and uses each reader's scan; this is the simple version a person
+    would write first, and a floor for what a single machine costs.)"""
+    import pandas as pd
+    w = pd.read_parquet(tables / "writes.parquet",
+                        columns=["topic", "partition", "value", "offset", "type", "status"])
+    r = pd.read_parquet(tables / "reads.parquet", columns=["topic", "partition", "value", "offset"])
+    key = ["topic", "partition"]
+    acks = w.loc[(w["type"] == "ok") & w["offset"].notna(), key + ["value", "offset"]]
+    obs = pd.concat([acks, r], ignore_index=True).dropna(subset=["value", "offset"])
+    per = obs.drop_duplicates(key + ["value", "offset"])
+    dup = int(per.duplicated(key + ["value"]).sum())
+    top = r.groupby(key)["offset"].max().rename("top").reset_index()
+    committed = w[(w["status"] == "committed") & w["offset"].notna()].merge(top, on=key)
+    unread = ~committed["value"].isin(r["value"])
+    lost = int((unread & (committed["offset"] < committed["top"])).sum())
+    return {"duplicate": dup, "lost_write": lost}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", default="1m",
+                    help="history size: 1m, 10m, or a number of events")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", help="directory to keep the JSONL and Parquet in")
+    ap.add_argument("--master", help="Spark master (default: the checkers' own, local[2])")
+    args = ap.parse_args(argv)
+    target = SIZES.get(args.events.lower()) or int(float(args.events))
+
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    jsonl, tables = work / "history.jsonl", work / "tables"
+    print(f"checkers bench: ~{target:,} events, seed {args.seed}, in {work}", flush=True)
+    with PeakRSS() as rss:
+        n, t_gen = timed("synthesize (JSONL, streamed)", synthesize_file, jsonl, args.seed,
+                         shape_for(target))
+        mb = jsonl.stat().st_size / 1e6
+        from checkers.load import convert
+        if tables.exists():
+            shutil.rmtree(tables)
+        _, t_conv = timed("convert JSONL -> Parquet", convert, jsonl, tables)
+        gen_peak = rss.driver
+
+        from checkers import check
+        from checkers.spark import session
+        spark, t_spark = timed("start Spark", session, args.master)
+        # One small check first, so the timed run does not pay for JIT and worker start.
+        small = work / "warmup.jsonl"
+        synthesize_file(small, 0, Shape(ops=200))
+        timed("warm-up check (400 events)", check, small, spark)
+        rss.driver = rss.children = 0
+        verdict, t_check = timed("full check suite (Parquet)", check, tables, spark)
+        check_driver, check_jvm = rss.driver, rss.children
+        _, t_scan = timed("Spark scan only (Parquet)", spark_scan, spark, tables)
+        found, t_pandas = timed("pandas duplicate + lost_write", pandas_checks, tables)
+
+    figures = {
+        "events": n, "jsonl_mb": round(mb, 1),
+        "parquet_mb": round(sum(f.stat().st_size for f in tables.glob("*")) / 1e6, 1),
+        "synthesize_s": round(t_gen, 2), "convert_s": round(t_conv, 2),
+        "check_s": round(t_check, 2), "events_per_s": round(n / t_check),
+        "scan_s": round(t_scan, 2), "pandas_s": round(t_pandas, 2),
+        "check_over_scan": round(t_check / t_scan, 2),
+        "check_over_pandas": round(t_check / t_pandas, 2),
+        "peak_rss_generate_convert_mb": round(gen_peak / 2**20),
+        "peak_rss_driver_check_mb": round(check_driver / 2**20),
+        "peak_rss_spark_jvm_and_workers_mb": round(check_jvm / 2**20),
+        "valid": verdict.valid, "anomalies": verdict.counts, "pandas_found": found,
+    }
+    print()
+    print(f"events                 {n:,} ({figures['jsonl_mb']} MB JSONL, "
+          f"{figures['parquet_mb']} MB Parquet)")
+    print(f"full check suite       {t_check:.1f} s  ({figures['events_per_s']:,} events/s)")
+    print(f"  / Spark scan only    {figures['check_over_scan']}x  (scan {t_scan:.1f} s)")
+    print(f"  / pandas dup + lost  {figures['check_over_pandas']}x  (pandas {t_pandas:.1f} s)")
+    print(f"convert to Parquet     {t_conv:.1f} s (once per history)")
+    print(f"peak RSS               driver {figures['peak_rss_driver_check_mb']} MB during the "
+          f"check, {figures['peak_rss_generate_convert_mb']} MB while generating and "
+          f"converting; Spark JVM + workers {figures['peak_rss_spark_jvm_and_workers_mb']} MB")
+    print(f"verdict                {'VALID' if verdict.valid else 'INVALID'} {verdict.counts}; "
+          f"pandas found {found}")
+    print(json.dumps(figures))
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
