@@ -73,6 +73,9 @@ class Cluster:
         # What is broken right now, so status can show it and heal_all can undo it.
         self.faults: list[dict] = []
         self.down_nodes: set[int] = set()
+        # Told about events of the harness's own instruments (a toxiproxy restart), so a
+        # runner can record them in the history.
+        self.on_event = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -87,8 +90,6 @@ class Cluster:
         self.topology = Topology.allocate(self.n)
         try:
             self._start_toxiproxy(toxiproxy)
-            for link in self.topology.links:
-                self.toxi.create(link.name, f"{HOST}:{link.listen}", f"{HOST}:{link.upstream}")
             for node in self.topology.nodes:
                 self._configure(node)
             with ThreadPoolExecutor(self.n) as pool:
@@ -116,7 +117,9 @@ class Cluster:
     def node_dir(self, node: int) -> Path:
         return self.root / f"node{node}"
 
-    def _start_toxiproxy(self, binary: Path) -> None:
+    def _start_toxiproxy(self, binary: Path | None = None) -> None:
+        """Start the toxiproxy server and create one proxy per link."""
+        binary = binary or ensure_toxiproxy()
         port = self.topology.toxiproxy_api
         self.pids["toxiproxy"] = procs.spawn(
             [str(binary), "-host", HOST, "-port", str(port)],
@@ -126,11 +129,13 @@ class Cluster:
         while True:
             try:
                 self.toxi.version()
-                return
+                break
             except SetupError:
                 if time.monotonic() > deadline or not procs.alive(self.pids["toxiproxy"]):
                     raise SetupError(f"toxiproxy did not start; see {self.root / 'toxiproxy.log'}")
                 time.sleep(0.1)
+        for link in self.topology.links:
+            self.toxi.create(link.name, f"{HOST}:{link.listen}", f"{HOST}:{link.upstream}")
 
     def _configure(self, node: int) -> None:
         d = self.node_dir(node)
@@ -269,7 +274,7 @@ class Cluster:
         Clients still reach every node: a partition is between nodes."""
         cut = [link.name for link in self.topology.crossing(sides)]
         for name in cut:
-            self.toxi.set_enabled(name, False)
+            self._net(self.toxi.set_enabled, name, False)
         self._note({"fault": "partition", "sides": sides, "links": cut})
         return cut
 
@@ -280,7 +285,7 @@ class Cluster:
         """Clients can no longer reach the given nodes (all by default)."""
         cut = [f"client-{n}" for n in (nodes or self.topology.nodes)]
         for name in cut:
-            self.toxi.set_enabled(name, False)
+            self._net(self.toxi.set_enabled, name, False)
         self._note({"fault": "cut_clients", "links": cut})
         return cut
 
@@ -300,9 +305,10 @@ class Cluster:
             if name not in known:
                 raise SetupError(f"no link {name!r}: links are named like client-1, repl-1-2, ctl-1-2")
             for stream in streams:
-                self.toxi.add_toxic(name, type, stream, attributes, toxicity,
-                                    name=f"{type}_{stream}_{len(self.faults)}")
-        self._note({"fault": type, "links": links, "attributes": attributes or {}})
+                self._net(self.toxi.add_toxic, name, type, stream, attributes, toxicity,
+                          name=f"{type}_{stream}_{len(self.faults)}")
+        self._note({"fault": type, "links": links, "attributes": attributes or {},
+                    "streams": list(streams), "toxicity": toxicity})
 
     def latency(self, links: list[str], ms: int, jitter: int = 0) -> None:
         self.toxic("latency", links, {"latency": ms, "jitter": jitter})
@@ -319,7 +325,7 @@ class Cluster:
 
     def heal(self) -> None:
         """Every proxy enabled, every toxic gone. Node faults stay."""
-        self.toxi.reset()
+        self._net(self.toxi.reset)
         self._forget(lambda f: "links" in f)
 
     def heal_all(self, timeout: float = 180.0) -> None:
@@ -331,6 +337,38 @@ class Cluster:
         self.faults.clear()
         self.save_state()
         self.wait_ready(timeout)
+
+    def _net(self, request, *args, **kwargs):
+        """A toxiproxy request that survives toxiproxy itself dying.
+
+        toxiproxy 2.5.0 (the newest the Go module proxy serves) can panic when a toxic is
+        added while connections come and go. It is our instrument, not the system under
+        test, so we restart it on the same ports, rebuild every proxy and re-apply the
+        faults in force, then retry; clients see their connections reset, which is a fault
+        like any other, and the runner records it."""
+        try:
+            return request(*args, **kwargs)
+        except SetupError:
+            if procs.alive(self.pids.get("toxiproxy")):
+                raise
+        self._restart_toxiproxy()
+        return request(*args, **kwargs)
+
+    def _restart_toxiproxy(self) -> None:
+        procs.kill(self.pids.pop("toxiproxy", None))
+        self._start_toxiproxy()
+        for fault in self.faults:
+            if fault["fault"] in TOXICS:
+                for name in fault["links"]:
+                    for stream in fault["streams"]:
+                        self.toxi.add_toxic(name, fault["fault"], stream, fault["attributes"],
+                                            fault["toxicity"], name=f"{fault['fault']}_{stream}_re")
+            elif "links" in fault:
+                for name in fault["links"]:
+                    self.toxi.set_enabled(name, False)
+        self.save_state()
+        if self.on_event:
+            self.on_event("toxiproxy_restart", {"faults_reapplied": len(self.faults)})
 
     def _note(self, fault: dict) -> None:
         self.faults.append(fault)

@@ -45,6 +45,8 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
     with HistoryWriter(out / "history.jsonl") as writer:
         ctx = RunContext(writer, cluster.bootstrap, suffix, partitions)
+        cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
+                                                         error="the harness restarted toxiproxy")
         _create_topics(cluster, ctx, plan)
         clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
                    for cid, spec in plan["clients"].items()}
@@ -68,6 +70,7 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
             _settle(cluster, ctx)
             _final_reads(cluster, ctx, plan)
         finally:
+            cluster.on_event = None
             # Whatever happened, the next run gets a healthy cluster.
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()

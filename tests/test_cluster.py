@@ -197,3 +197,22 @@ def test_pause_and_resume_a_node(cluster):
     cluster.resume(victim)
     assert not procs.paused(cluster.pids[f"node{victim}"])
     assert not cluster.faults
+
+
+def test_toxiproxy_dying_is_survived_with_faults_reapplied(cluster):
+    from harness import procs
+    events = []
+    cluster.on_event = lambda f, value: events.append(f)
+    try:
+        cluster.partition([[1], [2, 3]])
+        procs.kill(cluster.pids["toxiproxy"])
+        cluster.latency(["client-1"], ms=10)
+    finally:
+        cluster.on_event = None
+    assert events == ["toxiproxy_restart"]
+    proxies = cluster.toxi.proxies()
+    assert not proxies["repl-1-2"]["enabled"] and not proxies["ctl-3-1"]["enabled"]
+    assert proxies["repl-2-3"]["enabled"]
+    assert {t["type"] for t in proxies["client-1"]["toxics"]} == {"latency"}
+    cluster.heal()
+    assert all(p["enabled"] and not p["toxics"] for p in cluster.toxi.proxies().values())
