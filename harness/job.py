@@ -60,6 +60,9 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     from .errors import SetupError
     from .report import write_report
     console = console or Console()
+    from .provision import kafka_version
+    # Every input is checked before anything slow starts (Spark, the cluster).
+    kafka_version(opts.kafka_version)
     if opts.workload not in WORKLOADS:
         raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000

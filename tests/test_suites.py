@@ -16,7 +16,7 @@ from workloads.suites import SUITES
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = int(os.environ.get("ONCEPROOF_SUITE_EXAMPLES", 5))
-BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 150))
+BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 60))
 
 
 @pytest.mark.parametrize("name", list(SUITES))
