@@ -109,7 +109,8 @@ class _Log:
 class Model:
     """The broker side: logs, transactions, committed group offsets."""
 
-    def __init__(self, topics: dict[str, int]) -> None:
+    def __init__(self, topics: dict[str, int], whole_txn_reads: bool = False) -> None:
+        self.whole_txn_reads = whole_txn_reads
         self.logs: dict[TP, _Log] = {(t, p): _Log() for t, n in topics.items() for p in range(n)}
         self.status = bytearray()
         # txn -> {tp: first offset}: only open transactions, to find markers and the LSO.
@@ -142,7 +143,7 @@ class Model:
         if tp not in self.open[idx]:
             self.open[idx][tp] = off
             self.open_first[tp][idx] = off
-        if tp[0] == TOPIC_IN:
+        if self.whole_txn_reads and tp[0] == TOPIC_IN:
             self.txn_records.setdefault(idx, []).append((tp, off))
         return off
 
@@ -247,7 +248,6 @@ class _Ctx:
         self.draining = False
         self._value = 0
         self.groups: list[str] = []
-        self.whole_txn_reads = False
 
     def value(self) -> int:
         self._value += 1
@@ -499,7 +499,7 @@ def _pipeline(ctx: _Ctx, name: str) -> Iterator[Op]:
 
         def poll(got=got, after=after):
             limit = rng.choice((1, 2, 4, 8))
-            cut = (m.whole_txn_cut(positions, limit) if ctx.whole_txn_reads else
+            cut = (m.whole_txn_cut(positions, limit) if m.whole_txn_reads else
                    {tp: m.read(tp, positions[tp], RC, limit)[1] for tp in inputs})
             recs = []
             for tp in inputs:
@@ -556,7 +556,7 @@ def _pipeline(ctx: _Ctx, name: str) -> Iterator[Op]:
             return kind, {}, ctx.error(kind) if kind != "ok" else None
         kind, _ = yield Op("commit_txn", {}, commit, txn=txn)
         if kind == "ok":
-            if t % 64 == 0:
+            if m.whole_txn_reads and t % 64 == 0:
                 m.forget_below(m.committed.get(PIPE_GROUP, {}))
         elif kind == "fail":
             yield from rewind()
@@ -705,9 +705,8 @@ def synthesize_into(sink: Callable[[Event], None], seed: int, shape: Shape = Sha
     """Stream a valid history into `sink`, one event dict at a time; returns the count."""
     rng = random.Random(seed)
     topics = {t: shape.partitions for t in (TOPIC_PLAIN, TOPIC_TXN, TOPIC_IN, TOPIC_OUT)}
-    model = Model(topics)
+    model = Model(topics, shape.whole_txn_reads)
     ctx = _Ctx(model, rng, topics)
-    ctx.whole_txn_reads = shape.whole_txn_reads
     em = _Emitter(sink, rng)
     procs: list[_Proc] = []
     counts: dict[str, int] = {}

@@ -336,3 +336,38 @@ def test_injected_aborted_read_is_read_committed():
     bad = [r for ev in _polls(out) if ev["value"]["isolation"] == RC for r in ev["value"]["records"]
            if writes[r["value"]][0] and outcomes[writes[r["value"]][0]] == "aborted"]
     assert len(bad) == 1
+
+
+def test_whole_txn_reads_take_each_input_transaction_in_one_poll():
+    for seed in SEEDS:
+        h = synthesize(seed, processes=7, ops=400, whole_txn_reads=True)
+        writes = _writes(h)
+        by_txn = collections.defaultdict(set)
+        for v, (txn, kind, off) in writes.items():
+            if txn and not txn.startswith("pipe") and kind == "ok" and _in_topic(h, v):
+                by_txn[txn].add(v)
+        for ev in _polls(h):
+            if ev["process"] != "pipe0":
+                continue
+            got = {r["value"] for r in ev["value"]["records"]}
+            for r in ev["value"]["records"]:
+                txn = writes[r["value"]][0]
+                if txn:
+                    assert by_txn[txn] <= got, f"{ev['op']} took part of {txn}"
+
+
+def test_without_whole_txn_reads_the_pipeline_can_split_a_transaction():
+    """Kafka's read skew: the property needs it to show the checkers tolerate it."""
+    split = 0
+    for seed in SEEDS:
+        h = synthesize(seed, processes=7, ops=400, partitions=3)
+        writes = _writes(h)
+        by_txn = collections.defaultdict(set)
+        for v, (txn, kind, off) in writes.items():
+            if txn and not txn.startswith("pipe") and kind == "ok" and _in_topic(h, v):
+                by_txn[txn].add(v)
+        for ev in _polls(h):
+            if ev["process"] == "pipe0":
+                got = {r["value"] for r in ev["value"]["records"]}
+                split += sum(1 for t, vs in by_txn.items() if vs & got and not vs <= got)
+    assert split > 0
