@@ -21,7 +21,7 @@ def _holds(trials, plan):
 # A client-side request timeout below slow_acks' latency makes the producer retry writes
 # that were already appended: idempotence must keep each value to one offset.
 @given(plan=plans("producers", faults=ALL_FAULTS + ("slow_acks",), max_rounds=8,
-                  config={"producer": {"socket.timeout.ms": 1500}}))
+                  config={"producer": {"socket.timeout.ms": 1500, "message.timeout.ms": 180000}}))
 def test_idempotent_producers_write_each_value_once(trials, plan):
     _holds(trials, plan)
 

@@ -40,10 +40,12 @@ SUITES = {s.name: s for s in [
           "broker appends it again",
           frozenset({"duplicate"}), "producers",
           # socket.timeout.ms is librdkafka's client-side request timeout (request.timeout.ms
-          # is the broker's ack timeout, sent inside the request): below the injected
-          # response latency, every produce times out after it was appended, and is retried.
+          # is the broker's ack timeout, sent inside the request). Below the injected
+          # response latency, a produce times out after it was appended; librdkafka drops
+          # the connection, cannot reconnect until the fault heals (its handshake is slow
+          # too), and retries then: the message timeout must outlive the fault.
           config={"producer": {"enable.idempotence": False, "acks": "all", "retries": 20,
-                               "socket.timeout.ms": 1500, "message.timeout.ms": 30000,
+                               "socket.timeout.ms": 1500, "message.timeout.ms": 180000,
                                "retry.backoff.ms": 100}},
           faults=("slow_acks",), fault_percent=60),
     Suite("read_uncommitted_aborts",
