@@ -349,10 +349,19 @@ class Cluster:
         try:
             return request(*args, **kwargs)
         except SetupError:
-            if procs.alive(self.pids.get("toxiproxy")):
-                raise
+            # A panicking server drops our connection a moment before it exits.
+            deadline = time.monotonic() + 3
+            while procs.alive(self.pids.get("toxiproxy")):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         self._restart_toxiproxy()
         return request(*args, **kwargs)
+
+    def ensure_instruments(self) -> None:
+        """Before a run: toxiproxy is up (it may have died after the last request)."""
+        if not procs.alive(self.pids.get("toxiproxy")):
+            self._restart_toxiproxy()
 
     def _restart_toxiproxy(self) -> None:
         procs.kill(self.pids.pop("toxiproxy", None))

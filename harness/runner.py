@@ -47,6 +47,7 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
         ctx = RunContext(writer, cluster.bootstrap, suffix, partitions)
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
+        cluster.ensure_instruments()
         _create_topics(cluster, ctx, plan)
         clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
                    for cid, spec in plan["clients"].items()}
