@@ -171,7 +171,7 @@ class TxnProducer(Client):
             self._on_error(error_of(exc))
             return
         self.w.ok(h, {"tid": self.tid})
-        self.txn, self.must_abort = self.txn or txn, False
+        self.txn, self.must_abort = txn, False
 
     def op_send(self, op):
         if self.txn is None or self.must_abort:
@@ -426,8 +426,9 @@ class Pipeline(TxnProducer):
             err = error_of(exc)
             self.w.info(h, describe(err or exc))
             self._on_error(err)
-            if err is None or not (err.fatal() or err.txn_requires_abort()):
-                self.must_abort = True
+            # The offsets may be missing from the transaction: committing it would commit
+            # output without its input offsets, so the application must abort.
+            self.must_abort = True
 
     def close(self):
         self.reader.close()
