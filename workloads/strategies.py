@@ -58,6 +58,8 @@ def fault(kinds=ALL_FAULTS, nodes: int = 3) -> st.SearchStrategy:
             return [(0, {"f": "restart", "node": node})]
         if kind == "partition":
             first = {"f": "partition", "sides": [[node], []]}
+        elif kind == "partition_leader":
+            first = {"f": "partition", "sides": [["leader"], []]}
         elif kind == "isolate":
             first = {"f": "isolate", "node": node}
         elif kind == "latency":
@@ -111,14 +113,15 @@ def plans(draw, workload: str = "pipeline", faults=ALL_FAULTS, min_rounds: int =
           config: dict | None = None, options: dict | None = None) -> dict:
     """A whole plan for one of WORKLOADS, with config overrides merged in.
 
-    config may set "producer", "consumer" (plan-wide client config) and "clients"
-    (per-client spec overrides); options tune op mixes (abort_percent, crash_percent,
+    config may set "topics", "producer", "consumer" (plan-wide client config) and
+    "clients" (per-client spec overrides); options tune op mixes (abort_percent, crash_percent,
     consumer_ops)."""
     base = WORKLOADS[workload]
     config, options = config or {}, options or {}
+    topics = config.get("topics", base["topics"])
     clients = {cid: {**spec, **config.get("clients", {}).get(cid, {})}
                for cid, spec in base["clients"].items()}
-    plan = {"topics": base["topics"], "clients": clients, "steps": []}
+    plan = {"topics": topics, "clients": clients, "steps": []}
     for key in ("producer", "consumer"):
         if key in config:
             plan[key] = config[key]

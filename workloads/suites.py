@@ -62,9 +62,11 @@ SUITES = {s.name: s for s in [
           "acks=1 acknowledges a write only the leader has; a partition takes the leader "
           "away and the write is truncated when it rejoins",
           frozenset({"lost_write", "unseen"}), "producers",
-          config={"producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
+          # One partition, so every write goes to the leader that the fault isolates.
+          config={"topics": {"t": {"partitions": 1}},
+                  "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
                                "message.timeout.ms": 5000}},
-          faults=("partition",), fault_percent=60),
+          faults=("partition_leader",), fault_percent=60),
     Suite("no_rewind_after_abort",
           "a pipeline aborts but keeps its consumer position, so the aborted input is "
           "never processed again",
