@@ -97,13 +97,26 @@ def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     raise SetupError("new topics got no leaders within 60s; see the node logs")
 
 
+class NoLeader(Exception):
+    """A fault aimed at "the leader" when no leader is known: the fault is not applied."""
+
+
 def _node(cluster: Cluster, ctx: RunContext, ref) -> int:
     """A plan names a node by id, or as "leader": the leader of the plan's first topic's
     first partition at the moment the fault is applied."""
     if ref == "leader":
         topic = ctx.topic(next(iter(ctx.partitions)))
-        part = cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0]
-        return part.leader
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            # A fresh client each time: mid-fault, any one broker's view may be stale or empty.
+            try:
+                part = cluster.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(0)
+            except KafkaException:
+                part = None
+            if part is not None and part.leader in cluster.topology.nodes:
+                return part.leader
+            time.sleep(0.5)
+        raise NoLeader(f"no leader known for {topic} partition 0")
     if not isinstance(ref, int) or ref not in cluster.topology.nodes:
         raise PlanError(f"fault names node {ref!r}, but the cluster has nodes "
                         f"{cluster.topology.nodes}; use one of those or \"leader\"")
@@ -148,6 +161,8 @@ def apply_fault(cluster: Cluster, ctx: RunContext, fault: dict) -> None:
         elif f == "bandwidth":
             cluster.bandwidth(_links(cluster, ctx, fault), fault["kb_per_s"])
         ctx.writer.ok(h, resolved)
+    except NoLeader as exc:
+        ctx.writer.fail(h, str(exc))
     except SetupError as exc:
         ctx.writer.info(h, str(exc))
         raise
