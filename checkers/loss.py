@@ -49,10 +49,12 @@ def unseen(cov: pd.DataFrame) -> list[dict]:
     over its offset: it lies below the final high watermark of its partition (it was
     acknowledged before the watermarks were read) and a final reader's scan covered
     every offset from at or below it up to where it must be. A write whose known offset
-    is at or past the final high watermark is unseen too: the log ends before it.
-    Only partitions with final reads are judged."""
-    gone = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & cov["has_final"]
-               & ~cov["seen_final"] & (cov["cov_final"] | cov["beyond_high"])]
+    is at or past the final high watermark is unseen too: the log ends before it, and
+    the watermark alone shows it, even when the final reads returned nothing (a leader
+    that acknowledged with acks=1 and was then truncated can leave an empty partition).
+    Otherwise only partitions with final reads are judged."""
+    gone = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_final"]
+               & ((cov["has_final"] & cov["cov_final"]) | cov["beyond_high"])]
     out = []
     for _, w in gone.iterrows():
         why = (f"its offset is at or past the final high watermark {int(w['high'])}"
