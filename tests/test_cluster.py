@@ -216,3 +216,16 @@ def test_toxiproxy_dying_is_survived_with_faults_reapplied(cluster):
     assert {t["type"] for t in proxies["client-1"]["toxics"]} == {"latency"}
     cluster.heal()
     assert all(p["enabled"] and not p["toxics"] for p in cluster.toxi.proxies().values())
+
+
+def test_wiped_node_comes_back_empty_and_catches_up(cluster):
+    victim = cluster.topology.nodes[-1]
+    topic = _topic(cluster, cluster.topology.nodes)
+    assert _produce(cluster.bootstrap, topic, [b"kept"]) == [None]
+    cluster.wipe(victim)
+    assert not (cluster.node_dir(victim) / "data" / f"{topic}-0").exists()
+    cluster.heal_all()  # starts it on its empty disk; ready means a full ISR again
+    rejoined = _until(lambda: (p := _partition(cluster.admin(), topic)) and len(p.isrs) == cluster.n,
+                      timeout=120)
+    assert rejoined, "the wiped node never rejoined the ISR"
+    assert _log_bytes(cluster, victim, topic) > 0  # it copied the partition back
