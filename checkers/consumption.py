@@ -113,18 +113,29 @@ def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
 
 def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
     # The first physical read of each run that began with a seek.
-    firsts = reads.groupby("run").head(1)
-    firsts = firsts[firsts["start"].notna()]
-    for _, row in firsts.iterrows():
-        o, b = int(row["start"]), int(row["offset"])
-        expect = pl.first_visible(row["isolation"], o)
-        if b < o or (expect is not None and expect[0] < b):
-            want = (f"offset {expect[0]} (value {expect[1]})" if expect is not None
-                    else f"an offset >= {o}")
-            out.append(_record(
-                "rewind_mismatch", row,
-                f"{row['process']} sought to offset {o}, then read offset {b} (value "
-                f"{num(row['value'])}); expected {want}"))
+    run = reads["run"].to_numpy()
+    firsts = reads[np.r_[True, run[1:] != run[:-1]] & reads["start"].notna().to_numpy()]
+    if firsts.empty:
+        return
+    o = firsts["start"].to_numpy(dtype=np.int64)
+    b = firsts["offset"].to_numpy(dtype=np.int64)
+    iso = firsts["isolation"].to_numpy(dtype=object)
+    expect = np.full(len(o), np.iinfo(np.int64).max)
+    for rc in (True, False):
+        m = (iso == READ_COMMITTED) == rc
+        offs, _ = pl.visible(READ_COMMITTED if rc else "other")
+        if m.any() and len(offs):
+            i = np.searchsorted(offs, o[m], side="left")
+            expect[m] = np.where(i < len(offs), offs[np.minimum(i, len(offs) - 1)], expect[m])
+    for k in np.flatnonzero((b < o) | (expect < b)):
+        row = firsts.iloc[k]
+        first = pl.first_visible(iso[k], int(o[k]))
+        want = (f"offset {first[0]} (value {first[1]})" if first is not None
+                else f"an offset >= {o[k]}")
+        out.append(_record(
+            "rewind_mismatch", row,
+            f"{row['process']} sought to offset {o[k]}, then read offset {b[k]} (value "
+            f"{num(row['value'])}); expected {want}"))
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:

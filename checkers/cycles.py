@@ -171,30 +171,32 @@ def solvable(cycle: pd.DataFrame) -> bool:
     return False
 
 
-def _describe(cycle: pd.DataFrame) -> str:
+def _describe(edges: list[dict]) -> str:
     steps = []
-    for e in cycle.itertuples():
-        if e.kind == WR:
-            how = f"wr: read value {anomaly.num(e.value)}"
-        elif e.kind == WW:
-            how = (f"ww: {e.topic}/{anomaly.num(e.partition)} offset "
-                   f"{anomaly.num(e.src_off)} < {anomaly.num(e.dst_off)}")
+    for e in edges:
+        if e["kind"] == WR:
+            how = f"wr: read value {anomaly.num(e['value'])}"
+        elif e["kind"] == WW:
+            how = (f"ww: {e['topic']}/{anomaly.num(e['partition'])} offset "
+                   f"{anomaly.num(e['src_off'])} < {anomaly.num(e['dst_off'])}")
         else:
-            how = (f"rw: read {e.topic}/{anomaly.num(e.partition)} to offset "
-                   f"{anomaly.num(e.src_off)}, other wrote {anomaly.num(e.dst_off)}")
-        steps.append(f"{e.src} -[{how}]-> ")
-    return "".join(steps) + str(cycle["dst"].iloc[-1])
+            how = (f"rw: read {e['topic']}/{anomaly.num(e['partition'])} to offset "
+                   f"{anomaly.num(e['src_off'])}, other wrote {anomaly.num(e['dst_off'])}")
+        steps.append(f"{e['src']} -[{how}]-> ")
+    return "".join(steps) + str(edges[-1]["dst"])
 
 
 def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
-    first = cycle.iloc[0]
+    edges = cycle.to_dict("records")
+    first = edges[0]
     severity = anomaly.NOTE if solvable(cycle) else anomaly.VIOLATION
+    op = first["src_op"] if pd.notna(first["src_op"]) else first["dst_op"]
     return {"type": type, "severity": severity, "process": procs.get(first["src"]),
-            "op": anomaly.num(first["src_op"]), "topic": first["topic"],
+            "op": anomaly.num(op), "topic": first["topic"],
             "partition": anomaly.num(first["partition"]),
             "offset": anomaly.num(first["src_off"]), "value": anomaly.num(first["value"]),
             "txn": first["src"],
-            "detail": f"{len(cycle)}-transaction cycle: {_describe(cycle)}"}
+            "detail": f"{len(edges)}-transaction cycle: {_describe(edges)}"}
 
 
 def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
@@ -203,7 +205,10 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     out: list[dict] = []
     if e.empty:
         return engine.anomalies(out)
-    e = e.drop_duplicates(["src", "dst", "kind"]).reset_index(drop=True)
+    # A fixed order, so the cycles reported do not depend on how partitions were
+    # scheduled (Spark or local, any number of tasks).
+    e = (e.sort_values(["src", "dst", "kind", "topic", "partition"], kind="stable")
+         .drop_duplicates(["src", "dst", "kind"]).reset_index(drop=True))
     names, codes = np.unique(np.concatenate([e["src"].to_numpy(dtype=object),
                                              e["dst"].to_numpy(dtype=object)]).astype(str),
                              return_inverse=True)

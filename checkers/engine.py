@@ -14,6 +14,7 @@ optionally `finish(facts) -> pandas frame`; its frames use OUT_SCHEMA, built wit
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -49,41 +50,51 @@ def ints(col: pd.Series) -> pd.arrays.IntegerArray:
     for Python ints)."""
     if isinstance(col.dtype, pd.Int64Dtype):
         return col.array
-    if col.dtype == object:
-        return pd.array([None if x is None or x is pd.NA or (isinstance(x, float) and x != x)
-                         else int(x) for x in col], dtype="Int64")
-    return col.astype("Int64").array
+    return pd.array(col.to_numpy(dtype=object if col.dtype == object else None),
+                    dtype="Int64")
 
 
 def anomalies(records: list[dict]) -> pd.DataFrame:
-    """Anomaly rows from dicts of anomaly.COLUMNS."""
-    df = pd.DataFrame.from_records(records, columns=list(anomaly.COLUMNS))
+    """Anomaly rows from dicts of anomaly.COLUMNS (conformed to OUT_SCHEMA later)."""
+    if not records:
+        return _EMPTY
+    df = pd.DataFrame.from_records(records)
     df["row"] = ANOMALY
-    return conform(df)
+    return df
 
 
 def facts(row: str, df: pd.DataFrame) -> pd.DataFrame:
-    """Fact rows named `row` from a frame using OUT_SCHEMA's column names."""
-    df = df.copy()
-    df["row"] = row
-    return conform(df)
+    """Fact rows named `row` from a frame using OUT_SCHEMA's column names (conformed
+    to OUT_SCHEMA later)."""
+    if df.empty:
+        return _EMPTY
+    return df.assign(row=row)
+
+
+_EMPTY = pd.DataFrame()
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    # Frames of different families have different columns; conform() fixes every dtype
+    # afterwards, so pandas' coming change in how all-NA columns pick a dtype is moot.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat(frames, ignore_index=True)
 
 
 def _run(families):
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         pl = PartitionLog(pdf)
-        frames = []
-        for fam in families:
-            for f in fam.partition(pl):
-                if len(f):
-                    f = f.copy()
-                    f["topic"] = f["topic"].where(f["topic"].notna(), pl.topic)
-                    f["partition"] = f["partition"].fillna(pl.partition) \
-                        if pl.partition is not None else f["partition"]
-                    frames.append(f)
+        frames = [f for fam in families for f in fam.partition(pl) if len(f)]
         if not frames:
             return conform(pd.DataFrame({"row": []}))
-        return conform(pd.concat(frames, ignore_index=True))
+        out = conform(_concat(frames))
+        # Rows about this partition name it; facts about another (none yet) keep theirs.
+        out["topic"] = out["topic"].where(out["topic"].notna(), pl.topic)
+        if pl.partition is not None:
+            out["partition"] = out["partition"].fillna(pl.partition)
+        return out
     return run
 
 
@@ -96,11 +107,22 @@ def local_pass(directory, families) -> pd.DataFrame:
     """The same pass without Spark: the steps table grouped by pandas in this process.
     For small histories, where Spark's fixed cost is most of the time, and as the
     plain-pandas baseline the benchmarks compare Spark against."""
-    import pyarrow.parquet as pq
     from pathlib import Path
-    steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas()
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper={
+        pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get)
     run = _run(families)
-    frames = [run(g) for _, g in steps.groupby(["topic", "partition"], dropna=False, sort=False)]
+    # Contiguous slices after one sort, instead of pandas' groupby over mixed keys.
+    topic = pd.factorize(steps["topic"], use_na_sentinel=False)[0]
+    part = steps["partition"].to_numpy(dtype=float, na_value=-1.0)
+    order = np.lexsort((part, topic))
+    steps = steps.take(order)
+    key = np.stack([topic[order], part[order]], axis=1)
+    cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else []
+    ends = np.r_[cut[1:], len(steps)] if len(key) else []
+    frames = [run(steps.iloc[a:b]) for a, b in zip(cut, ends)]
     return pd.concat([f for f in frames if len(f)] or [conform(pd.DataFrame({"row": []}))],
                      ignore_index=True)
 
@@ -117,7 +139,9 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
     for fam in families:
         finish = getattr(fam, "finish", None)
         if finish is not None:
-            found.append(conform(finish(fact_rows)))
+            done = finish(fact_rows)
+            if len(done):
+                found.append(conform(done))
     result = pd.concat([f for f in found if len(f)] or [found[0]], ignore_index=True)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 
@@ -128,6 +152,8 @@ def find(tables, families) -> DataFrame:
     found = collect(tables, families)
     if found.empty:
         return anomaly.empty(spark)
-    rows = [tuple(None if pd.isna(v) else v for v in r)
+    longs = [c in _LONGS for c in anomaly.COLUMNS]
+    rows = [tuple(None if pd.isna(v) else int(v) if is_long else v
+                  for v, is_long in zip(r, longs))
             for r in found.itertuples(index=False, name=None)]
     return spark.createDataFrame(rows, anomaly.SCHEMA)

@@ -27,6 +27,30 @@ def _record(type, row, detail, offset) -> dict:
             "offset": num(offset), "value": None, "txn": row["txn"], "detail": detail}
 
 
+def _sought_below(seeks: pd.DataFrame, procs: np.ndarray, after: np.ndarray,
+                  before: np.ndarray, below: np.ndarray) -> np.ndarray:
+    """For each i: did process procs[i] seek to an offset < below[i] in an op invoked
+    strictly between after[i] and before[i]?"""
+    out = np.zeros(len(procs), dtype=bool)
+    if not len(procs) or seeks.empty:
+        return out
+    for p, g in seeks.groupby("process"):
+        mine = np.flatnonzero(procs == p)
+        if not len(mine):
+            continue
+        g = g.sort_values("invoke_index")
+        at = g["invoke_index"].to_numpy(dtype=np.int64)
+        off = g["offset"].to_numpy(dtype=np.int64)
+        lo = np.searchsorted(at, after[mine], side="right")
+        hi = np.searchsorted(at, before[mine], side="left")
+        some = lo < hi
+        if some.any():
+            # The lowest offset sought in each window [lo, hi).
+            mins = np.minimum.reduceat(np.r_[off, 0], np.ravel(np.c_[lo[some], hi[some]]))[::2]
+            out[mine[some]] = mins < below[mine][some]
+    return out
+
+
 def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[dict]:
     """offset_regression: a successful commit of a group's offset for a partition is
     lower than one that completed before it was invoked (in effect windows), and the
@@ -39,23 +63,24 @@ def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[
     done = c["eff_cmp"].to_numpy(dtype=np.int64)
     offs = c["offset"].to_numpy(dtype=np.int64)
     best = np.maximum.accumulate(offs)
-    arg = np.zeros(len(offs), dtype=np.int64)
-    for i in range(1, len(offs)):
-        arg[i] = i if offs[i] > offs[arg[i - 1]] else arg[i - 1]
+    # Where each running maximum was set.
+    arg = np.maximum.accumulate(np.where(np.r_[True, offs[1:] > best[:-1]],
+                                         np.arange(len(offs)), 0))
     k = np.searchsorted(done, c["eff_inv"].to_numpy(dtype=np.int64), side="left") - 1
-    for j in np.flatnonzero((k >= 0) & (best[np.maximum(k, 0)] > offs)):
-        row, prev = c.iloc[j], c.iloc[arg[k[j]]]
-        rewound = seeks[(seeks["process"] == row["process"])
-                        & (seeks["invoke_index"] > prev["eff_inv"])
-                        & (seeks["invoke_index"] < row["invoke_index"])
-                        & (seeks["offset"] < prev["offset"])]
-        if len(rewound):
-            continue
+    procs = c["process"].to_numpy(dtype=object)
+    inv = c["invoke_index"].to_numpy(dtype=np.int64)
+    eff_inv = c["eff_inv"].to_numpy(dtype=np.int64)
+    cand = np.flatnonzero((k >= 0) & (best[np.maximum(k, 0)] > offs))
+    prev = arg[k[cand]]
+    rewound = _sought_below(seeks, procs[cand], eff_inv[prev], inv[cand], offs[prev])
+    for j, p in zip(cand[~rewound], prev[~rewound]):
+        row, prev_row = c.iloc[j], c.iloc[p]
         out.append(_record(
             "offset_regression", row,
             f"group {group} committed offset {num(row['offset'])} ({row['f']} op "
-            f"{num(row['op'])}) after offset {num(prev['offset'])} was committed ({prev['f']} "
-            f"op {num(prev['op'])}), with no seek below it between", row["offset"]))
+            f"{num(row['op'])}) after offset {num(prev_row['offset'])} was committed "
+            f"({prev_row['f']} op {num(prev_row['op'])}), with no seek below it between",
+            row["offset"]))
     return out
 
 
@@ -67,32 +92,40 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     fetch was in flight (or of uncertain outcome, invoked before the fetch completed).
     Before any commit completed, it may also return none."""
     out: list[dict] = []
-    sure = commits[commits["outcome"] == COMMITTED]
-    maybe = commits[commits["outcome"].isin([COMMITTED, UNKNOWN])]
+    sure = commits[(commits["outcome"] == COMMITTED).to_numpy(dtype=bool)].sort_values("eff_cmp")
+    if sure.empty or fetches.empty:
+        return out
+    maybe = commits[commits["outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)]
     s_inv = sure["eff_inv"].to_numpy(dtype=np.int64)
     s_cmp = sure["eff_cmp"].to_numpy(dtype=np.int64)
     s_off = sure["offset"].to_numpy(dtype=np.int64)
+    latest_inv = np.maximum.accumulate(s_inv)
     m_inv = maybe["eff_inv"].to_numpy(dtype=float, na_value=np.nan)
     m_cmp = maybe["eff_cmp"].to_numpy(dtype=float, na_value=np.nan)
-    m_sure = (maybe["outcome"] == COMMITTED).to_numpy()
+    m_sure = (maybe["outcome"] == COMMITTED).to_numpy(dtype=bool)
     m_off = maybe["offset"].to_numpy(dtype=float, na_value=np.nan)
-    for _, f in fetches.iterrows():
-        f_inv, f_cmp = int(f["invoke_index"]), int(f["complete_index"])
-        done = s_cmp < f_inv
-        if not done.any():
+    f_inv = fetches["invoke_index"].to_numpy(dtype=np.int64)
+    f_cmp = fetches["complete_index"].to_numpy(dtype=np.int64)
+    f_off = fetches["offset"].to_numpy(dtype=float, na_value=np.nan)
+    done = np.searchsorted(s_cmp, f_inv, side="left")    # sure[:done] completed before
+    # Most fetches return the latest commit: only the others need the full rule.
+    latest_off = np.where(done > 0, s_off[np.maximum(done - 1, 0)], -1)
+    for i in np.flatnonzero((done > 0) & (latest_off != f_off)):
+        k = done[i]
+        # Not superseded: completed after the last of them was invoked (a suffix).
+        j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
+        got = None if np.isnan(f_off[i]) else int(f_off[i])
+        if got is not None and (s_off[j:k] == got).any():
             continue
-        latest = s_inv[done].max()
-        allowed = set(s_off[done & (s_cmp > latest)].tolist())
-        racing = (m_inv < f_cmp) & (~m_sure | ~(m_cmp < f_inv))
-        allowed |= {int(x) for x in m_off[racing] if not np.isnan(x)}
-        got = None if pd.isna(f["offset"]) else int(f["offset"])
+        racing = (m_inv < f_cmp[i]) & (~m_sure | ~(m_cmp < f_inv[i]))
+        allowed = set(s_off[j:k].tolist()) | {int(x) for x in m_off[racing] if not np.isnan(x)}
         if got in allowed:
             continue
-        best = int(s_off[done & (s_cmp > latest)].max())
+        f = fetches.iloc[i]
         out.append(_record(
             "stale_offset_fetch", f,
             f"group {group} fetch returned offset {got if got is not None else 'none'}, "
-            f"but offset {best} was committed before the fetch began "
+            f"but offset {int(s_off[j:k].max())} was committed before the fetch began "
             f"(allowed: {sorted(allowed)})", f["offset"]))
     return out
 

@@ -55,28 +55,28 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
 def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     """Per transaction (committed or unknown) that appended here: how many of its
     writes read_committed polls returned (n1) and how many they went over without
-    returning (n2), with one example of each."""
+    returning (n2), with one missing write (process, op, offset, value) and one seen
+    write (a1 = offset, a2 = value) as examples."""
     cov = coverage.of(pl)
-    t = cov[cov["txn"].notna().to_numpy(dtype=bool)
+    keep = (cov["txn"].notna().to_numpy(dtype=bool)
             & cov["txn_outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)
-            & (cov["type"] == "ok").to_numpy(dtype=bool)]
-    if t.empty:
+            & (cov["type"] == "ok").to_numpy(dtype=bool))
+    seen = cov["seen_rc"].to_numpy(dtype=bool)
+    missing = ~seen & cov["cov_rc"].to_numpy(dtype=bool)
+    keep &= seen | missing
+    if not keep.any():
         return engine.facts(TORN_FACT, pd.DataFrame())
-    t = t.assign(missing=~t["seen_rc"] & t["cov_rc"])
-    t = t[t["seen_rc"] | t["missing"]]
-    rows = []
-    for txn, g in t.groupby("txn", sort=False):
-        m = g[g["missing"]]
-        s = g[g["seen_rc"]]
-        ex = m.iloc[0] if len(m) else s.iloc[0]
-        rows.append({
-            "txn": txn, "kind": g["txn_outcome"].iloc[0], "n1": len(s), "n2": len(m),
-            "process": ex["process"], "op": num(ex["op"]),
-            "offset": None if np.isnan(ex["offset"]) else int(ex["offset"]),
-            "value": num(ex["value"]),
-            "a1": None if not len(s) or np.isnan(s["offset"].iloc[0]) else int(s["offset"].iloc[0]),
-            "a2": num(s["value"].iloc[0]) if len(s) else None})
-    return engine.facts(TORN_FACT, pd.DataFrame(rows))
+    t = cov[keep].assign(_seen=seen[keep], _missing=missing[keep])
+    g = t.groupby("txn", sort=False)
+    out = pd.DataFrame({"kind": g["txn_outcome"].first(), "n1": g["_seen"].sum(),
+                        "n2": g["_missing"].sum()})
+    ex = t[t["_missing"]].drop_duplicates("txn").set_index("txn")
+    ex = ex.reindex(out.index).combine_first(t.drop_duplicates("txn").set_index("txn"))
+    for c in ("process", "op", "offset", "value"):
+        out[c] = ex[c]
+    s = t[t["_seen"]].drop_duplicates("txn").set_index("txn").reindex(out.index)
+    out["a1"], out["a2"] = s["offset"], s["value"]
+    return engine.facts(TORN_FACT, out.rename_axis("txn").reset_index())
 
 
 def torn(facts: pd.DataFrame) -> list[dict]:
@@ -85,14 +85,16 @@ def torn(facts: pd.DataFrame) -> list[dict]:
     no read_committed poll returned them although a read_committed reader's scan went
     over their offsets. A transaction is visible all or nothing; for an unknown one, a
     visible write proves it committed, so a missing one is lost."""
-    f = facts[facts["row"] == TORN_FACT]
+    f = facts[(facts["row"] == TORN_FACT).to_numpy(dtype=bool)]
+    if f.empty:
+        return []
+    sums = f.groupby("txn")[["n1", "n2"]].sum()
+    torn_txns = sums[(sums["n1"] > 0) & (sums["n2"] > 0)]
     out = []
-    for txn, g in f.groupby("txn", sort=True):
-        seen, missing = int(g["n1"].sum()), int(g["n2"].sum())
-        if not seen or not missing:
-            continue
-        m = g[g["n2"] > 0].iloc[0]
-        s = g[g["n1"] > 0].iloc[0]
+    for txn, (seen, missing) in torn_txns.iterrows():
+        g = f[(f["txn"] == txn).to_numpy(dtype=bool)]
+        m = g[(g["n2"] > 0).to_numpy(dtype=bool)].iloc[0]
+        s = g[(g["n1"] > 0).to_numpy(dtype=bool)].iloc[0]
         out.append({
             "type": "torn_txn", "severity": VIOLATION, "process": m["process"],
             "op": num(m["op"]), "topic": m["topic"], "partition": num(m["partition"]),

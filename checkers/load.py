@@ -32,25 +32,51 @@ FORMAT = 1
 
 def _explode(events: pa.Table, frame: pd.DataFrame, mask: np.ndarray, key: str) -> pd.DataFrame:
     """One row per item of value.<key> of the events selected by mask: op, rec, fields."""
+    return _explode_arrow(events, frame, mask, key).to_pandas(types_mapper=_nullable)
+
+
+def _explode_arrow(events: pa.Table, frame: pd.DataFrame, mask: np.ndarray, key: str) -> pa.Table:
+    item = events.schema.field("value").type.field(key).type.value_type
     sel = np.flatnonzero(mask)
-    if len(sel) == 0:
-        names = [f.name for f in events.schema.field("value").type.field(key).type.value_type]
-        return pd.DataFrame({"op": pd.Series(dtype="Int64"), "rec": pd.Series(dtype="Int64"),
-                             **{n: pd.Series(dtype="object") for n in names}})
-    values = events.column("value").take(pa.array(sel)).combine_chunks()
+    values = events.column("value").take(pa.array(sel, type=pa.int64())).combine_chunks()
     lists = pc.struct_field(values, key)
     flat = pc.list_flatten(lists)
     parents = pc.list_parent_indices(lists).to_numpy()
     lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    out = {"op": frame["op"].to_numpy()[sel][parents],
-           "rec": np.arange(len(flat), dtype=np.int64) - starts}
-    item = flat.type
+    cols = {"op": pa.array(frame["op"].to_numpy(dtype=np.int64)[sel][parents], type=pa.int64()),
+            "rec": pa.array(np.arange(len(flat), dtype=np.int64) - starts, type=pa.int64())}
     for i in range(item.num_fields):
-        out[item.field(i).name] = flat.field(i)
-    table = pa.table({k: (v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v))
-                      for k, v in out.items()})
-    return table.to_pandas(types_mapper=_nullable)
+        cols[item.field(i).name] = flat.field(i) if len(flat) else pa.array([], item.field(i).type)
+    return pa.table(cols)
+
+
+def _ints(col) -> tuple[np.ndarray, np.ndarray]:
+    """(values, valid) of an Arrow int64 column, exactly (no trip through float)."""
+    col = pa.chunked_array([col]) if isinstance(col, pa.Array) else col
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    return pc.fill_null(col, 0).to_numpy(), valid
+
+
+def _positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Row of each key in `index` (unique), -1 when absent or not valid."""
+    idx = index.get_indexer(keys) if len(keys) else np.empty(0, dtype=np.int64)
+    if valid is not None:
+        idx = np.where(valid, idx, -1)
+    return idx
+
+
+def _take(table: pa.Table, idx: np.ndarray, cols: list[str], prefix: str = "") -> dict:
+    """Columns of `table` at rows idx (null where idx is -1), named prefix + column."""
+    missing = idx < 0
+    rows = pa.array(np.where(missing, 0, idx), type=pa.int64(), mask=missing)
+    picked = table.select(cols).take(rows) if table.num_rows else \
+        pa.table({c: pa.nulls(len(idx), table.schema.field(c).type) for c in cols})
+    return {prefix + c: picked.column(c) for c in cols}
+
+
+def _strings(col) -> np.ndarray:
+    return col.to_numpy(zero_copy_only=False) if not isinstance(col, np.ndarray) else col
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -61,13 +87,23 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _nullable(t):
+    # Strings stay Python objects: pandas' StringDtype is several times slower to
+    # compare, join and hand back to Arrow at millions of rows.
     if pa.types.is_integer(t):
         return pd.Int64Dtype()
     if pa.types.is_boolean(t):
         return pd.BooleanDtype()
-    if pa.types.is_string(t):
-        return pd.StringDtype()
     return None
+
+
+def _lookup(df: pd.DataFrame, keys: pd.Series, table: pd.DataFrame, key: str,
+            cols: list[str], prefix: str = "") -> pd.DataFrame:
+    """df with table's `cols` (renamed prefix + col) of the row whose `key` equals
+    each of `keys` (a left join on a unique key, without merge's copies)."""
+    found = table.drop_duplicates(key).set_index(key)[cols].reindex(keys.to_numpy())
+    found.columns = [prefix + c for c in cols]
+    found.index = df.index
+    return pd.concat([df.drop(columns=[c for c in found.columns if c in df]), found], axis=1)
 
 
 def _scalar(events: pa.Table, mask: np.ndarray, key: str) -> np.ndarray:
@@ -135,10 +171,9 @@ def _txns(ops: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("txn").reset_index()
 
 
-def _status(txn: pd.Series, send_type: pd.Series, outcome: pd.Series) -> np.ndarray:
-    in_txn = txn.notna().to_numpy()
-    st = send_type.to_numpy(dtype=object)
-    oc = outcome.fillna("").to_numpy(dtype=object)
+def _status(txn: np.ndarray, send_type: np.ndarray, outcome: np.ndarray) -> np.ndarray:
+    in_txn = np.array([x is not None for x in txn], dtype=bool)
+    st, oc = send_type, np.where(outcome == None, "", outcome)  # noqa: E711
     plain = np.select([st == "ok", st == "fail"], [COMMITTED, FAILED], UNKNOWN)
     txnal = np.select(
         [st == "fail", oc == ABORTED, oc == UNKNOWN, (oc == COMMITTED) & (st == "ok")],
@@ -146,51 +181,71 @@ def _status(txn: pd.Series, send_type: pd.Series, outcome: pd.Series) -> np.ndar
     return np.where(in_txn, txnal, plain)
 
 
-def _writes(path, events, ev, ops, txns) -> pd.DataFrame:
+def _ordered(cols: dict, name: str) -> pa.Table:
+    """cols as table `name`, in (invoke_index, rec) order, with its schema."""
+    schema = SCHEMAS[name]
+    n = len(next(iter(cols.values())))
+    table = pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type)
+                      for f in schema}).cast(schema)
+    if n:
+        inv, _ = _ints(table.column("invoke_index"))
+        rec, _ = _ints(table.column("rec"))
+        table = table.take(pa.array(np.lexsort((rec, inv)), type=pa.int64()))
+    return table
+
+
+def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    acked = _explode(events, ev, (f == "send") & (t == "ok"), "records")
-    asked = _explode(events, ev, (f == "send") & (t == "invoke"), "records")
-    asked = asked[~asked["op"].isin(acked["op"].tolist())].drop(columns=["offset"])
-    asked["offset"] = pd.array([pd.NA] * len(asked), dtype="Int64")
-    rec = _cat([acked, asked])
-    cols = ["op", "process", "txn", "type", "invoke_index", "complete_index",
-            "invoke_time", "complete_time", "final"]
-    w = rec.merge(ops[cols], on="op", how="left")
-    tx = txns.set_index("txn")
-    w["txn_outcome"] = w["txn"].map(tx["outcome"])
-    w["txn_begin_index"] = w["txn"].map(tx["begin_index"])
-    w["txn_commit_invoke_index"] = w["txn"].map(tx["commit_invoke_index"])
-    w["txn_commit_complete_index"] = w["txn"].map(tx["commit_complete_index"])
-    w["status"] = _status(w["txn"], w["type"], w["txn_outcome"])
-    dup = w["value"].notna() & w["value"].duplicated(keep=False)
+    acked = _explode_arrow(events, ev, (f == "send") & (t == "ok"), "records")
+    asked = _explode_arrow(events, ev, (f == "send") & (t == "invoke"), "records")
+    asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
+    asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
+                             pa.nulls(asked.num_rows, pa.int64()))
+    rec = pa.concat_tables([acked, asked])
+    cols = {c: rec.column(c) for c in rec.column_names}
+    cols.update(_take(ops_t, _positions_in(ops_index, _ints(rec.column("op"))[0]), [
+        "process", "txn", "type", "invoke_index", "complete_index", "invoke_time",
+        "complete_time", "final"]))
+    txn = _strings(cols["txn"])
+    cols.update(_take(txns_t, _positions_in(txns_index, txn), [
+        "outcome", "begin_index", "commit_invoke_index", "commit_complete_index"],
+        prefix="txn_"))
+    cols["status"] = pa.array(_status(txn, _strings(cols["type"]),
+                                      _strings(cols["txn_outcome"])), type=pa.string())
+    values, valid = _ints(rec.column("value"))
+    dup = pd.Series(values[valid]).duplicated(keep=False).to_numpy()
     if dup.any():
-        d = w[dup].sort_values("invoke_index")
-        v = d["value"].iloc[0]
-        both = d.loc[d["value"] == v, "op"].tolist()
-        raise HistoryError(f"{path}: value {v} is written by ops {both[0]} and {both[1]}; values "
-                           "must be unique across the history so a read names its write")
-    return w.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
+        v = int(values[valid][dup][0])
+        ops = _ints(rec.column("op"))[0][valid][values[valid] == v]
+        raise HistoryError(f"{path}: value {v} is written by ops {min(ops)} and {max(ops)}; "
+                           "values must be unique across the history so a read names its write")
+    return _ordered(cols, "writes")
 
 
-def _reads(events, ev, ops, txns, writes) -> pd.DataFrame:
+def _reads(events, ev, ops_t, ops_index, txns_t, txns_index, writes: pa.Table) -> pa.Table:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    r = _explode(events, ev, (f == "poll") & (t == "ok"), "records")
-    r = r.drop(columns=["source"])
-    cols = ["op", "process", "txn", "isolation", "group", "final", "invoke_index",
-            "complete_index", "invoke_time", "complete_time"]
-    r = r.merge(ops[cols], on="op", how="left")
-    r["txn_outcome"] = r["txn"].map(txns.set_index("txn")["outcome"])
-    wcols = ["op", "process", "txn", "type", "status", "txn_outcome", "topic",
-             "partition", "offset", "source", "invoke_index", "complete_index",
-             "txn_commit_invoke_index", "txn_commit_complete_index"]
-    w = writes.loc[writes["value"].notna(), ["value", *wcols]]
-    w = w.rename(columns={c: "w_" + c for c in wcols})
-    r = r.merge(w, on="value", how="left")
-    r["w_found"] = r["w_op"].notna()
-    return r.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
+    r = _explode_arrow(events, ev, (f == "poll") & (t == "ok"), "records")
+    cols = {c: r.column(c) for c in r.column_names if c != "source"}
+    cols.update(_take(ops_t, _positions_in(ops_index, _ints(r.column("op"))[0]), [
+        "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
+        "invoke_time", "complete_time"]))
+    cols.update(_take(txns_t, _positions_in(txns_index, _strings(cols["txn"])), ["outcome"],
+                      prefix="txn_"))
+    w_values, w_valid = _ints(writes.column("value"))
+    written = pd.Index(w_values[w_valid])
+    rows = np.flatnonzero(w_valid)
+    values, valid = _ints(r.column("value"))
+    at = _positions_in(written, values, valid)
+    idx = np.where(at >= 0, rows[np.maximum(at, 0)] if len(rows) else 0, -1)
+    cols.update(_take(writes, idx, [
+        "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
+        "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
+        "txn_commit_complete_index"], prefix="w_"))
+    cols["w_found"] = pa.array(idx >= 0)
+    return _ordered(cols, "reads")
 
 
-def _positions(events, ev, ops, reads) -> pd.DataFrame:
+def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown."""
@@ -199,16 +254,17 @@ def _positions(events, ev, ops, reads) -> pd.DataFrame:
     sought = sought.merge(ops[["op", "process", "type", "invoke_index", "complete_index"]],
                           on="op")
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
-    lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info", offset=pd.NA)
-    touched = _cat([reads[["process", "topic", "partition"]],
-                    sought[["process", "topic", "partition"]]]).drop_duplicates()
+    lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
+    lost["offset"] = pd.array([pd.NA] * len(lost), dtype="Int64")
+    touched = _cat([read_partitions, sought[["process", "topic", "partition"]]]).drop_duplicates()
     causes = ops[((ops["f"] == "assign") & (ops["type"] != "fail"))
                  | ((ops["type"] == "info") & (ops["f"] != "seek"))]
     causes = causes[causes["process"] != NEMESIS]
     resets = causes[["op", "process", "f", "invoke_index", "complete_index"]].merge(
         touched, on="process")
-    resets = resets.assign(kind="reset", offset=pd.NA,
+    resets = resets.assign(kind="reset",
                            cause=np.where(resets["f"] == "assign", "assign", "info"))
+    resets["offset"] = pd.array([pd.NA] * len(resets), dtype="Int64")
     cols = list(SCHEMAS["positions"].names)
     out = pd.concat([x[cols] for x in (seeks, lost, resets) if len(x)] or [_empty("positions")],
                     ignore_index=True)
@@ -246,34 +302,43 @@ def _watermarks(events, ev, ops) -> pd.DataFrame:
     return wm.merge(ops[["op", "process", "invoke_index", "complete_index"]], on="op")
 
 
-def _steps(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def _steps(tables: dict[str, pa.Table]) -> pa.Table:
     """The steps table (tables.py): the per-partition tables in one shape."""
-    r = frames["reads"]
-    same = (r["w_topic"] == r["topic"]) & (r["w_partition"] == r["partition"])
-    visible = r["w_found"] & same.fillna(False) & (r["w_type"] != "fail").fillna(True)
-    rc = r["w_txn"].isna() | (r["w_txn_outcome"] == COMMITTED).fillna(False)
-    vis = np.where(visible.to_numpy(dtype=bool), np.where(rc.to_numpy(dtype=bool), 2, 1), 0)
+    r = tables["reads"]
+    same = pc.fill_null(pc.and_(pc.equal(r.column("w_topic"), r.column("topic")),
+                                pc.equal(r.column("w_partition"), r.column("partition"))), False)
+    visible = pc.and_(pc.and_(r.column("w_found"), same),
+                      pc.fill_null(pc.not_equal(r.column("w_type"), "fail"), True))
+    rc = pc.or_(pc.is_null(r.column("w_txn")),
+                pc.fill_null(pc.equal(r.column("w_txn_outcome"), COMMITTED), False))
+    vis = pc.if_else(visible, pc.if_else(rc, pa.scalar(2), pa.scalar(1)), pa.scalar(0))
     renamed = [
-        ("w", frames["writes"], {"txn_begin_index": "t_begin",
-                                 "txn_commit_complete_index": "t_done"}),
-        ("r", r.assign(vis=vis), {"w_status": "status", "w_source": "source",
-                                  "w_invoke_index": "w_inv", "w_complete_index": "w_cmp",
-                                  "w_txn_commit_invoke_index": "w_commit_inv",
-                                  "w_txn_commit_complete_index": "w_commit_cmp"}),
-        ("p", frames["positions"], {"kind": "type", "cause": "status"}),
-        ("m", frames["watermarks"], {"low": "offset"}),
-        ("o", frames["offsets"], {"outcome": "status", "effect_invoke_index": "t_begin",
-                                  "effect_complete_index": "t_done"}),
+        ("w", tables["writes"], {"t_begin": "txn_begin_index",
+                                 "t_done": "txn_commit_complete_index"}),
+        ("r", r.append_column("vis", vis), {
+            "status": "w_status", "source": "w_source", "w_inv": "w_invoke_index",
+            "w_cmp": "w_complete_index", "w_commit_inv": "w_txn_commit_invoke_index",
+            "w_commit_cmp": "w_txn_commit_complete_index"}),
+        ("p", tables["positions"], {"type": "kind", "status": "cause"}),
+        ("m", tables["watermarks"], {"offset": "low"}),
+        ("o", tables["offsets"], {"status": "outcome", "t_begin": "effect_invoke_index",
+                                  "t_done": "effect_complete_index"}),
     ]
-    names = SCHEMAS["steps"].names
+    schema = SCHEMAS["steps"]
     parts = []
-    for kind, df, rename in renamed:
-        if len(df):
-            d = df.rename(columns=rename)
-            parts.append(d[[c for c in names if c in d.columns]].assign(kind=kind))
-    if not parts:
-        return _empty("steps")
-    return pd.concat(parts, ignore_index=True)
+    for kind, table, source in renamed:
+        n = table.num_rows
+        cols = {}
+        for fld in schema:
+            name = source.get(fld.name, fld.name)
+            if fld.name == "kind":
+                cols["kind"] = pa.array([kind] * n, type=pa.string())
+            elif name in table.column_names:
+                cols[fld.name] = table.column(name).cast(fld.type)
+            else:
+                cols[fld.name] = pa.nulls(n, fld.type)
+        parts.append(pa.table(cols, schema=schema))
+    return pa.concat_tables(parts)
 
 
 def _empty(name: str) -> pd.DataFrame:
@@ -292,47 +357,53 @@ def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     ops["n_records"] = ops["op"].map(pd.Series(
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = _txns(ops)
-    writes = _writes(path, events, ev, ops, txns)
-    reads = _reads(events, ev, ops, txns, writes)
+    tables = {"ops": _to_arrow("ops", ops), "txns": _to_arrow("txns", txns)}
+    ops_index = pd.Index(ops["op"].to_numpy(dtype=np.int64))
+    txns_index = pd.Index(txns["txn"].to_numpy(dtype=object))
+    writes = _writes(path, events, ev, tables["ops"], ops_index, tables["txns"], txns_index)
+    reads = _reads(events, ev, tables["ops"], ops_index, tables["txns"], txns_index, writes)
+    read_partitions = (reads.select(["process", "topic", "partition"])
+                       .group_by(["process", "topic", "partition"]).aggregate([])
+                       .to_pandas(types_mapper=_nullable))
     frames = {
-        "ops": ops, "writes": writes, "reads": reads,
-        "positions": _positions(events, ev, ops, reads),
+        "positions": _positions(events, ev, ops, read_partitions),
         "offsets": _offsets(events, ev, ops, txns),
-        "txns": txns,
         "faults": ops[ops["process"] == NEMESIS],
         "watermarks": _watermarks(events, ev, ops),
     }
-    frames["steps"] = _steps(frames)
-    tables = {name: _to_arrow(name, frames[name]) for name in TABLES}
+    tables.update({"writes": writes, "reads": reads})
+    tables.update({name: _to_arrow(name, df) for name, df in frames.items()})
+    tables["steps"] = _steps(tables)
+    partitions = pa.concat_tables([writes.select(["topic", "partition"]),
+                                   reads.select(["topic", "partition"])])
     stats = {
         "events": int(len(ev)),
         "ops": int(len(ops)),
         "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
         "ops_by_type": {k: int(v) for k, v in ops["type"].value_counts().sort_index().items()},
         "incomplete_ops": int(ops["complete_index"].isna().sum()),
-        "writes": int(len(writes)), "reads": int(len(reads)),
+        "writes": writes.num_rows, "reads": reads.num_rows,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
         "faults": int(len(frames["faults"])),
-        "steps": int(len(frames["steps"])),
-        "partitions": int(len(_cat([writes[["topic", "partition"]],
-                                    reads[["topic", "partition"]]]).drop_duplicates())),
+        "steps": tables["steps"].num_rows,
+        "partitions": partitions.group_by(["topic", "partition"]).aggregate([]).num_rows,
     }
-    return tables, stats
+    return {name: tables[name] for name in TABLES}, stats
 
 
 def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
     schema = SCHEMAS[name]
     cols = {}
     for fld in schema:
-        col = df[fld.name] if fld.name in df else pd.Series([None] * len(df), dtype=object)
-        if pa.types.is_integer(fld.type):
-            col = pd.array(col, dtype="Int64") if len(col) else []
-        elif pa.types.is_boolean(fld.type):
-            col = pd.array(col, dtype="boolean") if len(col) else []
-        elif pa.types.is_string(fld.type):
-            col = pd.Series(col, dtype=object).where(pd.notna(col), None).to_numpy() \
-                if len(col) else []
+        if fld.name not in df:
+            cols[fld.name] = pa.nulls(len(df), type=fld.type)
+            continue
+        col = df[fld.name]
+        if pa.types.is_integer(fld.type) and col.dtype == object:
+            col = pd.array(col.to_numpy(dtype=object), dtype="Int64")
+        elif pa.types.is_boolean(fld.type) and col.dtype == object:
+            col = pd.array(col.to_numpy(dtype=object), dtype="boolean")
         cols[fld.name] = pa.array(col, type=fld.type, from_pandas=True)
     return pa.table(cols, schema=schema)
 

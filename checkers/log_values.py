@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pandas as pd
 
 from . import engine
@@ -17,16 +18,36 @@ TYPES = ("duplicate", "inconsistent_offset", "unattributed_read")
 
 
 def observations(pl: PartitionLog) -> pd.DataFrame:
-    cols = ["process", "op", "txn", "offset", "value"]
-    acks = pl.writes[(pl.writes["type"] == "ok") & pl.writes["offset"].notna()][cols]
-    reads = pl.reads[cols]
-    obs = pd.concat([acks, reads], ignore_index=True)
-    return obs[obs["offset"].notna() & obs["value"].notna()]
+    """offset and value of every ack and read (numpy-built: this runs on every read)."""
+    acks, reads = _sources(pl)
+    parts = (acks, reads)
+    return pd.DataFrame({
+        "offset": np.concatenate([p["offset"].to_numpy(dtype=np.int64) for p in parts]),
+        "value": np.concatenate([p["value"].to_numpy(dtype=np.int64) for p in parts]),
+        "row": np.r_[np.arange(len(acks)), np.arange(len(reads))],
+        "ack": np.r_[np.ones(len(acks), dtype=bool), np.zeros(len(reads), dtype=bool)]})
 
 
-def _record(type, row, detail) -> dict:
+def _sources(pl: PartitionLog) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The acked writes and the reads that observations are made of, in their order."""
+    def build():
+        w, r = pl.writes, pl.reads
+        return (w[((w["type"] == "ok") & w["offset"].notna() & w["value"].notna())
+                  .to_numpy(dtype=bool)],
+                r[(r["offset"].notna() & r["value"].notna()).to_numpy(dtype=bool)])
+    return pl.memo("observed", build)
+
+
+def _source(pl: PartitionLog, ob) -> pd.Series:
+    """The write or read behind an observation row."""
+    acks, reads = _sources(pl)
+    return (acks if ob["ack"] else reads).iloc[int(ob["row"])]
+
+
+def _record(type, pl, ob, detail) -> dict:
+    row = _source(pl, ob)
     return {"type": type, "severity": VIOLATION, "process": row["process"],
-            "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
+            "op": num(row["op"]), "offset": num(ob["offset"]), "value": num(ob["value"]),
             "txn": row["txn"], "detail": detail}
 
 
@@ -39,7 +60,7 @@ def duplicates(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     out = []
     for value, g in many.sort_values("offset").groupby("value", sort=False):
         offsets = g["offset"].astype(int).tolist()
-        out.append(_record("duplicate", g.iloc[1],
+        out.append(_record("duplicate", pl, g.iloc[1],
                            f"value {num(value)} at offsets {', '.join(map(str, offsets))}"))
     return out
 
@@ -54,7 +75,7 @@ def inconsistent(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     out = []
     for offset, g in many.sort_values("value").groupby("offset", sort=False):
         values = g["value"].astype(int).tolist()
-        out.append(_record("inconsistent_offset", g.iloc[1],
+        out.append(_record("inconsistent_offset", pl, g.iloc[1],
                            f"offset {num(offset)} observed holding values "
                            f"{', '.join(map(str, values))}"))
     return out
@@ -65,9 +86,11 @@ def unattributed(pl: PartitionLog) -> list[dict]:
     (or a record without a value). Values are unique per write, so such a record came
     from outside the test or was corrupted."""
     r = pl.reads[~pl.reads["w_found"].fillna(False).to_numpy(dtype=bool)]
-    return [_record("unattributed_read", row,
-                    f"{row['process']} read value {num(row['value'])} at offset "
-                    f"{num(row['offset'])}, which no send wrote")
+    return [{"type": "unattributed_read", "severity": VIOLATION, "process": row["process"],
+             "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
+             "txn": row["txn"],
+             "detail": f"{row['process']} read value {num(row['value'])} at offset "
+                       f"{num(row['offset'])}, which no send wrote"}
             for _, row in r.iterrows()]
 
 

@@ -55,10 +55,9 @@ def commit_orders(pl: PartitionLog) -> list[dict]:
     done = w["t_done"].to_numpy(dtype=np.int64)
     his = w["sure_hi"].to_numpy(dtype=float)
     best = np.maximum.accumulate(his)
-    # Which transaction holds each running maximum, for the example.
-    arg = np.zeros(len(his), dtype=np.int64)
-    for i in range(1, len(his)):
-        arg[i] = i if his[i] > his[arg[i - 1]] else arg[i - 1]
+    # Which transaction set each running maximum, for the example.
+    arg = np.maximum.accumulate(np.where(np.r_[True, his[1:] > best[:-1]],
+                                         np.arange(len(his)), 0))
     k = np.searchsorted(done, w["t_begin"].to_numpy(dtype=np.int64), side="left") - 1
     los = w["sure_lo"].to_numpy(dtype=float)
     for j in np.flatnonzero((k >= 0) & (best[np.maximum(k, 0)] > los)):

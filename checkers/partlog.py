@@ -61,12 +61,11 @@ def typed(pdf: pd.DataFrame) -> pd.DataFrame:
         if fld.name not in pdf:
             continue
         col = pdf[fld.name]
-        if isinstance(fld.dataType, LongType):
-            out[fld.name] = col.astype("Int64")
-        elif isinstance(fld.dataType, BooleanType):
-            out[fld.name] = col.astype("boolean")
-        else:
-            out[fld.name] = col.astype(object).where(col.notna(), None)
+        if isinstance(fld.dataType, LongType) and not isinstance(col.dtype, pd.Int64Dtype):
+            col = col.astype("Int64")
+        elif isinstance(fld.dataType, BooleanType) and not isinstance(col.dtype, pd.BooleanDtype):
+            col = col.astype("boolean")
+        out[fld.name] = col
     return pd.DataFrame(out, index=pdf.index)
 
 
@@ -76,13 +75,23 @@ class PartitionLog:
     def __init__(self, pdf: pd.DataFrame) -> None:
         pdf = typed(pdf)
         self.topic = pdf["topic"].iloc[0]
-        self.partition = int(pdf["partition"].iloc[0])
-        kind = pdf["kind"].to_numpy()
-        self.writes = pdf[kind == WRITE].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
-        self.reads = pdf[kind == READ].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
-        self.positions = pdf[kind == POSITION].reset_index(drop=True)
-        self.watermarks = pdf[kind == WATERMARK].sort_values("invoke_index").reset_index(drop=True)
-        self.offsets = pdf[kind == OFFSET].sort_values(["invoke_index", "rec"]).reset_index(drop=True)
+        part = pdf["partition"].iloc[0]
+        # Sends whose partition was never learned form a group of their own.
+        self.partition = None if pd.isna(part) else int(part)
+        # One numpy sort by (kind, invoke_index, rec), then each kind is a slice.
+        kind = pdf["kind"].to_numpy(dtype=object)
+        codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, WATERMARK, OFFSET))}
+        kcode = np.array([codes.get(k, 9) for k in kind], dtype=np.int64) \
+            if len(kind) < 64 else pd.Series(kind).map(codes).fillna(9).to_numpy(dtype=np.int64)
+        order = np.lexsort((pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
+                            pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode))
+        pdf = pdf.take(order)
+        bounds = np.searchsorted(kcode[order], np.arange(6))
+
+        def part(i):
+            return pdf.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True)
+        self.writes, self.reads, self.positions, self.watermarks, self.offsets = (
+            part(i) for i in range(5))
         self._memo: dict = {}
 
     def memo(self, name: str, build):
@@ -131,29 +140,44 @@ class PartitionLog:
         """Reads and position changes of each process in its order, with run ids.
 
         Columns: process, kind, op, rec, offset, value, isolation, final, retracted,
-        invoke_index, complete_index, run, start (the run's seek position, or NA).
+        invoke_index, complete_index, run, start (the run's seek position, or NaN).
         """
-        cols = ["process", "kind", "op", "rec", "offset", "value", "isolation", "final",
-                "txn", "txn_outcome", "type", "invoke_index", "complete_index"]
-        s = pd.concat([self.reads[cols], self.positions[cols]], ignore_index=True)
-        s = s.sort_values(["process", "invoke_index", "rec"], kind="stable",
-                          na_position="first").reset_index(drop=True)
+        # Built column by column in numpy: pandas' concat and sort of nullable and
+        # all-None columns cost many times more at millions of rows.
+        parts = (self.reads, self.positions)
+        cols: dict = {}
+        for c in ("process", "kind", "isolation", "txn", "txn_outcome", "type"):
+            cols[c] = np.concatenate([p[c].to_numpy(dtype=object) for p in parts])
+        for c in ("op", "rec", "offset", "invoke_index", "complete_index"):
+            cols[c] = np.concatenate([p[c].to_numpy(dtype=float, na_value=np.nan) for p in parts])
+        cols["final"] = np.concatenate([p["final"].fillna(False).to_numpy(dtype=bool)
+                                        for p in parts])
+        cols["value"] = pd.arrays.IntegerArray(
+            np.concatenate([p["value"].to_numpy(dtype=np.int64, na_value=0) for p in parts]),
+            np.concatenate([p["value"].isna().to_numpy(dtype=bool) for p in parts]))
+        order = np.lexsort((np.nan_to_num(cols["rec"], nan=-1.0),
+                            np.nan_to_num(cols["invoke_index"], nan=-1.0),
+                            pd.factorize(cols["process"], sort=True)[0]))
+        s = pd.DataFrame({c: v[order] for c, v in cols.items()})
         is_pos = (s["kind"] == POSITION).to_numpy()
         proc = s["process"].to_numpy(dtype=object)
         new_proc = np.r_[True, proc[1:] != proc[:-1]]
-        iso = s["isolation"].astype("string").mask(is_pos).ffill().fillna("").to_numpy(dtype=object)
-        fin = s["final"].astype("boolean").mask(is_pos).ffill().fillna(False).to_numpy(dtype=bool)
+        # Isolation and final flag of the latest read at or before each step.
+        last_read = np.maximum.accumulate(np.where(~is_pos, np.arange(len(s)), 0))
+        iso = s["isolation"].to_numpy(dtype=object)[last_read]
+        fin = s["final"].to_numpy(dtype=bool)[last_read]
         iso_change = np.r_[True, iso[1:] != iso[:-1]] & ~is_pos
         fin_change = np.r_[True, fin[1:] != fin[:-1]] & ~is_pos
         prev_pos = np.r_[False, is_pos[:-1]]
         # A read right after a position step belongs to the run the step started.
         new_run = new_proc | is_pos | ((iso_change | fin_change) & ~prev_pos)
         s["run"] = np.cumsum(new_run)
-        seek_start = np.where(is_pos & (s["type"] == "seek").to_numpy(),
-                              s["offset"].to_numpy(dtype=object), None)
-        first = s.groupby("run")["run"].transform("idxmin").to_numpy()
-        s["start"] = pd.array(seek_start[first], dtype="Int64")
-        s["retracted"] = ((s["kind"] == READ) & (s["txn_outcome"] == ABORTED)).to_numpy()
+        starts = np.flatnonzero(new_run)
+        first = np.repeat(starts, np.diff(np.r_[starts, len(s)]))
+        is_seek = is_pos & (s["type"] == "seek").to_numpy(dtype=bool)
+        offsets = s["offset"].to_numpy()
+        s["start"] = np.where(is_seek[first], offsets[first], np.nan)
+        s["retracted"] = ((s["kind"] == READ) & (s["txn_outcome"] == ABORTED)).to_numpy(dtype=bool)
         return s
 
     @cached_property
@@ -165,16 +189,19 @@ class PartitionLog:
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64)})
-        g = r.groupby("run")
-        sc = pd.DataFrame({
-            "process": g["process"].first(), "isolation": g["isolation"].first(),
-            "final": g["final"].first().astype("boolean").fillna(False).astype(bool),
-            "lo": g["offset"].min(), "e": g["offset"].max(), "start": g["start"].first(),
-        }).reset_index()
-        sc["s"] = np.minimum(sc["lo"].to_numpy(dtype=np.int64),
-                             sc["start"].fillna(sc["lo"]).to_numpy(dtype=np.int64))
-        sc["e"] = sc["e"].to_numpy(dtype=np.int64)
-        return sc[["process", "isolation", "final", "run", "s", "e"]]
+        r = r[r["offset"].notna().to_numpy(dtype=bool)]
+        # Reads are in run order, so each run is a contiguous slice.
+        run = r["run"].to_numpy()
+        first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+        offs = r["offset"].to_numpy(dtype=float)
+        lo = np.minimum.reduceat(offs, first) if len(first) else offs
+        hi = np.maximum.reduceat(offs, first) if len(first) else offs
+        start = r["start"].to_numpy(dtype=float)[first]
+        return pd.DataFrame({
+            "process": r["process"].to_numpy(dtype=object)[first],
+            "isolation": r["isolation"].to_numpy(dtype=object)[first],
+            "final": r["final"].to_numpy(dtype=bool)[first], "run": run[first],
+            "s": np.fmin(lo, start).astype(np.int64), "e": hi.astype(np.int64)})
 
     # ------------------------------------------------------------------ write offsets
 

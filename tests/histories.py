@@ -18,11 +18,15 @@ RC, RU = "read_committed", "read_uncommitted"
 
 
 class History:
+    """`scope` prefixes process, transaction and group names and `base` is added to
+    every value, so several scenarios can share one history without meeting."""
+
     def __init__(self, path: str | Path, topic: str = "t") -> None:
         self.path = Path(path)
         self.topic = topic
+        self.scope = ""
+        self.base = 0
         self.w = HistoryWriter(self.path)
-        self._clock = 0
 
     def __enter__(self) -> "History":
         return self
@@ -36,7 +40,14 @@ class History:
 
     # Low level, for interleavings.
     def invoke(self, process, f, value, txn=None, final=False) -> int:
-        return self.w.invoke(process, f, value, txn=txn, final=final)
+        return self.w.invoke(self.scope + process, f, value,
+                             txn=None if txn is None else self.scope + txn, final=final)
+
+    def _v(self, value):
+        return None if value is None else value + self.base
+
+    def _g(self, group):
+        return self.scope + group
 
     def complete(self, op, type="ok", value=None, error=None) -> int:
         if type != "ok" and error is None:
@@ -56,9 +67,10 @@ class History:
     def send(self, process, records, type="ok", txn=None, topic=None, sources=None) -> int:
         asked, acked = [], []
         for i, r in enumerate(records):
-            rec = {"topic": self._t(topic), "partition": r[0], "key": None, "value": r[1]}
+            rec = {"topic": self._t(topic), "partition": r[0], "key": None,
+                   "value": self._v(r[1])}
             if sources is not None and sources[i] is not None:
-                rec["source"] = sources[i]
+                rec["source"] = self._v(sources[i])
             asked.append(rec)
             acked.append({**rec, "offset": r[2] if len(r) > 2 else None})
         return self._op(process, "send", {"records": asked}, {"records": acked}, type, txn)
@@ -88,9 +100,10 @@ class History:
              topic=None, group=None) -> int:
         asked = {"isolation": isolation}
         if group:
-            asked["group"] = group
+            asked["group"] = self._g(group)
         got = {"isolation": isolation, "records": [
-            {"topic": self._t(topic), "partition": p, "offset": o, "key": None, "value": v}
+            {"topic": self._t(topic), "partition": p, "offset": o, "key": None,
+             "value": self._v(v)}
             for p, o, v in records]}
         return self._op(process, "poll", asked, got, type, txn, final)
 
@@ -104,19 +117,19 @@ class History:
         return self._op(process, "assign", v, v, type)
 
     def commit_offsets(self, process, group, offsets, type="ok", topic=None) -> int:
-        v = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+        v = {"group": self._g(group), "offsets": [{"topic": self._t(topic), "partition": p,
                                           "offset": o} for p, o in offsets]}
         return self._op(process, "commit_offsets", v, v, type)
 
     def send_offsets(self, process, txn, group, offsets, type="ok", topic=None) -> int:
-        v = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+        v = {"group": self._g(group), "offsets": [{"topic": self._t(topic), "partition": p,
                                           "offset": o} for p, o in offsets]}
         return self._op(process, "send_offsets", v, v, type, txn)
 
     def fetch_offsets(self, process, group, offsets, type="ok", topic=None) -> int:
-        asked = {"group": group, "partitions": [{"topic": self._t(topic), "partition": p}
+        asked = {"group": self._g(group), "partitions": [{"topic": self._t(topic), "partition": p}
                                                 for p, _ in offsets]}
-        got = {"group": group, "offsets": [{"topic": self._t(topic), "partition": p,
+        got = {"group": self._g(group), "offsets": [{"topic": self._t(topic), "partition": p,
                                             "offset": o} for p, o in offsets]}
         return self._op(process, "fetch_offsets", asked, got, type)
 

@@ -1,0 +1,245 @@
+"""Consumers and pipelines: poll_skip, nonmonotonic_poll, rewind_mismatch,
+offset_regression, stale_offset_fetch, duplicate_output, lost_input."""
+from __future__ import annotations
+
+from histories import RC, RU, History, example, found, verdict
+
+
+def _three(h):
+    """Values 1, 2, 3 at offsets 0, 1, 2, all read by c0."""
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+
+
+def test_poll_skip_across_polls(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c1", [(0, 0)])
+    h.poll("c1", [(0, 0, 1)])
+    skip = h.poll("c1", [(0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"poll_skip"}
+    ex = example(v, "poll_skip", process="c1", op=skip, partition=0, offset=2, value=3)
+    assert "skipping offset 1 (value 2)" in ex["detail"]
+
+
+def test_poll_skip_within_one_poll(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    skip = h.poll("c1", [(0, 0, 1), (0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"poll_skip"}
+    example(v, "poll_skip", process="c1", op=skip, offset=2)
+
+
+def test_poll_skip_by_a_pipeline_that_does_not_rewind_after_an_abort(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    for txn, rec, outcome in (("T1", (0, 0, 1), "ok"), ("T2", (0, 1, 2), "abort"),
+                              ("T3", (0, 2, 3), "ok")):
+        h.begin("pp", txn)
+        op = h.poll("pp", [rec], txn=txn)
+        (h.abort if outcome == "abort" else h.commit)("pp", txn)
+    v = verdict(h)
+    assert found(v) == {"poll_skip"}
+    example(v, "poll_skip", process="pp", op=op, offset=2, value=3, txn="T3")
+
+
+def test_read_committed_gaps_and_rewinds_are_not_skips(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.txn("p1", "A", [(0, 2, 1)], outcome="abort")   # aborted record at 1, marker at 2
+    h.send("p0", [(0, 3, 3)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 3, 3)])              # skips only the aborted data
+    # A pipeline that rewinds after its abort reads the input again.
+    h.begin("pp", "T1")
+    h.poll("pp", [(0, 0, 1)], txn="T1")
+    h.abort("pp", "T1")
+    h.seek("pp", [(0, 0)])
+    h.begin("pp", "T2")
+    h.poll("pp", [(0, 0, 1)], txn="T2")
+    h.commit("pp", "T2")
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_nonmonotonic_poll(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    back = h.poll("c0", [(0, 1, 2)])
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_poll"}
+    ex = example(v, "nonmonotonic_poll", process="c0", op=back, offset=1, value=2)
+    assert "read offset 2 then offset 1" in ex["detail"]
+
+
+def test_going_back_after_a_seek_or_assign_is_fine(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c0", [(0, 1)])
+    h.poll("c0", [(0, 1, 2)])
+    h.assign("c0", [0])
+    h.poll("c0", [(0, 0, 1)])
+    h.poll("c0", [(0, 1, 2)], type="info")  # the consumer may have moved: position unknown
+    h.poll("c0", [(0, 0, 1)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_rewind_mismatch(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c0", [(0, 1)])
+    wrong = h.poll("c0", [(0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"rewind_mismatch"}
+    ex = example(v, "rewind_mismatch", process="c0", op=wrong, offset=2, value=3)
+    assert "expected offset 1 (value 2)" in ex["detail"]
+
+
+def test_rewind_below_the_seek_position(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c1", [(0, 2)])
+    wrong = h.poll("c1", [(0, 1, 2)])
+    v = verdict(h)
+    example(v, "rewind_mismatch", process="c1", op=wrong, offset=1)
+
+
+def test_rewind_to_the_first_visible_record(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c0", [(0, 1)])
+    h.poll("c0", [(0, 1, 2)])
+    h.txn("p1", "A", [(0, 9, 3)], outcome="abort")
+    h.send("p0", [(0, 4, 5)])
+    h.poll("c2", [(0, 3, 9)], isolation=RU, type="fail")  # a failed poll returns nothing
+    h.seek("c0", [(0, 3)])
+    h.poll("c0", [(0, 5, 4)])   # offsets 3 (aborted) and 4 (marker) are not visible
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_offset_regression(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.commit_offsets("c0", "g", [(0, 5)])
+    back = h.commit_offsets("c1", "g", [(0, 3)])
+    v = verdict(h)
+    assert found(v) == {"offset_regression"}
+    ex = example(v, "offset_regression", process="c1", op=back, partition=0, offset=3)
+    assert "group g" in ex["detail"] and "offset 5" in ex["detail"]
+
+
+def test_offset_regression_in_transactions(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("pp", "T1")
+    h.send_offsets("pp", "T1", "g", [(0, 5)])
+    h.commit("pp", "T1")
+    h.begin("pp", "T2")
+    back = h.send_offsets("pp", "T2", "g", [(0, 4)])
+    h.commit("pp", "T2")
+    v = verdict(h)
+    assert found(v) == {"offset_regression"}
+    example(v, "offset_regression", op=back, offset=4, txn="T2")
+
+
+def test_asked_for_or_uncertain_rewinds_are_not_regressions(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.commit_offsets("c0", "g", [(0, 5)])
+    h.seek("c0", [(0, 2)])
+    h.commit_offsets("c0", "g", [(0, 3)])          # the application rewound
+    h.commit_offsets("c0", "g", [(0, 1)], type="fail")
+    h.commit_offsets("c0", "g", [(0, 0)], type="info")
+    h.begin("pp", "T1")
+    h.send_offsets("pp", "T1", "g", [(0, 1)])
+    h.abort("pp", "T1")
+    h.commit_offsets("c0", "h", [(0, 1)])          # another group
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_stale_offset_fetch(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.commit_offsets("c0", "g", [(0, 3)])
+    h.commit_offsets("c0", "g", [(0, 5)])
+    stale = h.fetch_offsets("c1", "g", [(0, 3)])
+    v = verdict(h)
+    assert found(v) == {"stale_offset_fetch"}
+    ex = example(v, "stale_offset_fetch", process="c1", op=stale, partition=0, offset=3)
+    assert "offset 5 was committed" in ex["detail"]
+
+
+def test_fetch_of_nothing_after_a_commit_is_stale(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.commit_offsets("c0", "g", [(0, 3)])
+    stale = h.fetch_offsets("c1", "g", [(0, None)])
+    v = verdict(h)
+    example(v, "stale_offset_fetch", op=stale, offset=None)
+
+
+def test_fetches_may_see_racing_commits(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.fetch_offsets("c1", "g", [(0, None)])        # nothing committed yet
+    h.commit_offsets("c0", "g", [(0, 3)])
+    racing = h.invoke("c0", "commit_offsets", {"group": "g", "offsets": [
+        {"topic": "t", "partition": 0, "offset": 5}]})
+    h.fetch_offsets("c1", "g", [(0, 3)])           # the commit of 5 is still in flight
+    h.fetch_offsets("c2", "g", [(0, 5)])
+    h.complete(racing, "ok", {"group": "g", "offsets": [
+        {"topic": "t", "partition": 0, "offset": 5}]})
+    h.commit_offsets("c0", "g", [(0, 7)], type="info")
+    h.fetch_offsets("c1", "g", [(0, 7)])           # the uncertain commit happened
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def _pipeline(h, outputs):
+    """Inputs 1 and 2 in topic `in`; transaction T1 of pp reads both and commits the
+    consumer offset 2, writing `outputs` as (value, source) to topic `out`."""
+    h.send("p0", [(0, 1, 0), (0, 2, 1)], topic="in")
+    h.begin("pp", "T1")
+    h.poll("pp", [(0, 0, 1), (0, 1, 2)], txn="T1", topic="in")
+    op = h.send("pp", [(0, v, i) for i, (v, _) in enumerate(outputs)], txn="T1",
+                topic="out", sources=[s for _, s in outputs])
+    h.send_offsets("pp", "T1", "g", [(0, 2)], topic="in")
+    h.commit("pp", "T1")
+    return op
+
+
+def test_duplicate_output(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _pipeline(h, [(101, 1), (102, 2)])
+    # A second instance redoes input 1 and commits its output again.
+    h.begin("pp2", "T2")
+    h.poll("pp2", [(0, 0, 1)], txn="T2", topic="in")
+    again = h.send("pp2", [(0, 103, 2)], txn="T2", topic="out", sources=[1])
+    h.send_offsets("pp2", "T2", "g", [(0, 2)], topic="in")
+    h.commit("pp2", "T2")
+    v = verdict(h)
+    assert found(v) == {"duplicate_output"}
+    ex = example(v, "duplicate_output", process="pp2", op=again, topic="out", offset=2,
+                 value=103, txn="T2")
+    assert "input value 1 has 2 committed outputs" in ex["detail"]
+
+
+def test_lost_input(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _pipeline(h, [(101, 1)])
+    v = verdict(h)
+    assert found(v) == {"lost_input"}
+    example(v, "lost_input", process="pp", topic="in", partition=0, offset=1, value=2,
+            txn="T1")
+
+
+def test_a_pipeline_with_one_committed_output_per_input_is_valid(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _pipeline(h, [(101, 1), (102, 2)])
+    # An aborted attempt at more output does not count.
+    h.begin("pp", "T2")
+    h.send("pp", [(0, 104, 2)], txn="T2", topic="out", sources=[1])
+    h.abort("pp", "T2")
+    h.poll("c0", [(0, 0, 101), (0, 1, 102)], topic="out")
+    v = verdict(h)
+    assert v.valid and found(v) == set()

@@ -1,0 +1,188 @@
+"""The Spark path: every anomaly type in one history, checked on Spark and locally,
+with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from checkers import Verdict, check, engine
+from checkers.anomaly import TYPES
+from checkers.load import convert, read_parquet
+from checkers.verdict import FAMILIES
+from harness.cli import main
+from histories import RU, History
+
+
+def kitchen_sink(path) -> History:
+    """Each anomaly type once, each in its own topic, processes and values."""
+    h = History(path)
+    scenes = []
+
+    def scene(name):
+        h.topic, h.scope, h.base = name, name + ":", 1000 * (len(scenes) + 1)
+        scenes.append(name)
+
+    scene("duplicate")
+    h.send("p0", [(0, 1, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 1)])
+    scene("inconsistent")
+    h.send("p0", [(0, 1, 0)])
+    h.send("p1", [(0, 2)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 2)])
+    scene("unattributed")
+    h.poll("c0", [(0, 0, 99)])
+    scene("lost")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    scene("unseen")
+    h.send("p0", [(0, 1, 0), (0, 2, 1)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.seek("f", [(0, 0)], final=True)
+    h.poll("f", [(0, 0, 1)], final=True)
+    h.watermarks("f", [(0, 0, 1, 1)])
+    scene("hanging")
+    h.watermarks("f", [(0, 0, 2, 1)])
+    scene("aborted")
+    h.txn("p0", "T", [(0, 1, 0)], outcome="abort")
+    h.poll("c0", [(0, 0, 1)], isolation=RU)
+    scene("precommitted")
+    h.begin("p0", "T")
+    h.send("p0", [(0, 1, 0)], txn="T")
+    h.poll("c0", [(0, 0, 1)])
+    h.commit("p0", "T")
+    scene("torn")
+    h.begin("p0", "T")
+    h.send("p0", [(0, 1, 0), (1, 2, 0)], txn="T")
+    h.commit("p0", "T", type="info")
+    h.send("p1", [(1, 3, 1)])
+    h.seek("c0", [(0, 0), (1, 0)])
+    h.poll("c0", [(0, 0, 1), (1, 1, 3)])
+    scene("skip")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    h.poll("c1", [(0, 0, 1), (0, 2, 3)])
+    h.poll("c0", [(0, 1, 2)])                      # nonmonotonic
+    h.seek("c0", [(0, 1)])
+    h.poll("c0", [(0, 2, 3)])                      # rewind_mismatch
+    scene("sends")
+    h.send("p0", [(0, 1, 5), (0, 2, 3)])
+    scene("order")
+    h.txn("p1", "T1", [(0, 1, 5)])
+    h.txn("p2", "T2", [(0, 2, 3)])
+    scene("g0")
+    h.begin("p1", "T1")
+    h.begin("p2", "T2")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    h.send("p2", [(1, 4, 0)], txn="T2")
+    h.send("p1", [(1, 3, 1)], txn="T1")
+    h.send("p2", [(0, 2, 1)], txn="T2")
+    h.commit("p1", "T1")
+    h.commit("p2", "T2")
+    scene("g1c")
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 10, 0)], txn="T2")
+    h.txn("p1", "T1", [(1, 11, 1), (0, 12, 0)])
+    h.poll("p2", [(0, 0, 12)], txn="T2")
+    h.commit("p2", "T2")
+    scene("gsingle")
+    h.send("p9", [(0, 100, 0)])
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 20, 0)], txn="T2")
+    h.begin("p1", "T1")
+    h.poll("p1", [(0, 0, 100)], txn="T1")
+    h.send("p1", [(1, 10, 1)], txn="T1")
+    h.send("p2", [(0, 21, 1)], txn="T2")
+    h.commit("p2", "T2")
+    h.commit("p1", "T1")
+    scene("groups")
+    h.commit_offsets("c0", "g", [(0, 5)])
+    h.commit_offsets("c1", "g", [(0, 3)])
+    h.fetch_offsets("c2", "g", [(0, 5)])
+    scene("pipeline")
+    h.send("p0", [(0, 1, 0), (0, 2, 1)], topic="pipeline-in")
+    for proc, txn, read, out in (("pp", "T1", [(0, 0, 1), (0, 1, 2)], 101),
+                                 ("pq", "T2", [(0, 0, 1)], 102)):
+        h.begin(proc, txn)
+        h.poll(proc, read, txn=txn, topic="pipeline-in")
+        h.send(proc, [(0, out)], txn=txn, topic="pipeline-out", sources=[1])
+        h.send_offsets(proc, txn, "g", [(0, 2)], topic="pipeline-in")
+        h.commit(proc, txn)
+    h.close()
+    return h
+
+
+@pytest.fixture(scope="module")
+def sink(tmp_path_factory):
+    return kitchen_sink(tmp_path_factory.mktemp("sink") / "h.jsonl").path
+
+
+def _rows(found: pd.DataFrame) -> list[tuple]:
+    return sorted(tuple(None if pd.isna(x) else x for x in r)
+                  for r in found.itertuples(index=False, name=None))
+
+
+def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_path):
+    tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
+    on_spark = engine.collect(tables, FAMILIES, local=False)
+    here = engine.collect(tables, FAMILIES, local=True)
+    assert set(on_spark["type"]) == set(TYPES)
+    assert _rows(on_spark) == _rows(here)
+
+
+def test_a_family_alone_is_a_spark_dataframe(sink, spark, tmp_path):
+    from checkers import log_values
+    tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
+    df = log_values.find(tables)
+    assert set(df.columns) >= {"type", "severity", "process", "op", "topic", "partition",
+                               "offset", "value", "txn", "detail"}
+    assert {r["type"] for r in df.select("type").distinct().collect()} == set(log_values.TYPES)
+
+
+def test_check_on_spark_and_from_parquet(sink, spark, tmp_path):
+    v = check(sink, spark=spark, local=False)
+    assert v.stats["engine"] == "spark" and not v.valid
+    assert set(v.counts) == set(TYPES)
+    assert v.notes == ["g0", "g1c", "g_single"]  # its cycles are all allowed ones
+    folder = convert(sink, tmp_path / "tables")
+    again = check(folder, spark=spark, local=False)
+    assert again.counts == v.counts
+
+
+def test_verdict_round_trips_through_plain_json(sink):
+    v = check(sink, local=True)
+    back = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
+    assert back == v
+    text = v.summary()
+    assert text.startswith("INVALID") and "lost_write: 2 (violation)" in text
+    assert len(v.examples["duplicate"]) == 1 and v.counts["duplicate"] == 1
+    lost = {(x["topic"], x["partition"], x["offset"], x["value"])
+            for x in v.examples["lost_write"]}
+    assert lost == {("lost", 0, 1, 4002), ("inconsistent", 0, 0, 2001)}
+
+
+def test_cli_exit_codes(sink, tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(main, ["check", str(sink), "--json", str(tmp_path / "v.json")])
+    assert bad.exit_code == 1, bad.output
+    assert "INVALID" in bad.output and "lost_write" in bad.output
+    assert json.loads((tmp_path / "v.json").read_text())["valid"] is False
+
+    good = History(tmp_path / "good.jsonl")
+    good.send("p0", [(0, 1, 0)])
+    good.poll("c0", [(0, 0, 1)])
+    ok = runner.invoke(main, ["check", str(good.close())])
+    assert ok.exit_code == 0, ok.output
+    assert "VALID" in ok.output
+
+    missing = runner.invoke(main, ["check", str(tmp_path / "absent.jsonl")])
+    assert missing.exit_code == 2
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"index": 0}\n{"index": 1}\n')
+    garbled = runner.invoke(main, ["check", str(broken)])
+    assert garbled.exit_code == 2
+    assert "broken.jsonl:1: missing required field 'op'" in garbled.output
+    assert "Traceback" not in garbled.output

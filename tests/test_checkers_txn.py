@@ -1,0 +1,262 @@
+"""Transactions: aborted_read, precommitted_read, torn_txn, nonmonotonic_send,
+commit_order, and the dependency-graph cycles g0, g1c, g_single."""
+from __future__ import annotations
+
+from histories import RC, RU, History, example, found, verdict
+
+
+def test_aborted_read_of_an_aborted_transaction(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T1", [(0, 1, 0)], outcome="abort")
+    poll = h.poll("c0", [(0, 0, 1)], isolation=RU)
+    v = verdict(h)
+    assert found(v) == {"aborted_read"}
+    ex = example(v, "aborted_read", process="c0", op=poll, offset=0, value=1, txn="T1")
+    assert "read_uncommitted" in ex["detail"]
+
+
+def test_aborted_read_of_a_failed_send(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    failed = h.send("p0", [(0, 1)], type="fail")
+    h.poll("c0", [(0, 0, 1)])
+    v = verdict(h)
+    assert found(v) == {"aborted_read"}
+    assert f"(op {failed}) failed" in example(v, "aborted_read", value=1)["detail"]
+
+
+def test_committed_and_uncertain_reads_are_not_aborted_reads(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T1", [(0, 1, 0)])
+    h.send("p0", [(0, 2, 1)], type="info")  # an unknown send may well be in the log
+    h.txn("p1", "T2", [(0, 3, 2)], outcome="info")
+    h.poll("c0", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_precommitted_read(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    poll = h.poll("c0", [(0, 0, 1)], isolation=RC)
+    h.commit("p1", "T1")
+    v = verdict(h)
+    assert found(v) == {"precommitted_read"}
+    example(v, "precommitted_read", process="c0", op=poll, offset=0, value=1, txn="T1")
+
+
+def test_read_uncommitted_may_read_before_the_commit(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    h.poll("c0", [(0, 0, 1)], isolation=RU)
+    h.commit("p1", "T1")
+    h.poll("c1", [(0, 0, 1)], isolation=RC)
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_torn_txn_of_unknown_outcome(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    missing = h.send("p1", [(0, 1, 0), (1, 2, 0)], txn="T1")
+    h.commit("p1", "T1", type="info")
+    h.send("p2", [(1, 3, 1)])
+    h.seek("c0", [(0, 0), (1, 0)])
+    h.poll("c0", [(0, 0, 1)])
+    h.poll("c0", [(1, 1, 3)])
+    v = verdict(h)
+    assert found(v) == {"torn_txn"}
+    ex = example(v, "torn_txn", txn="T1", op=missing, partition=1, offset=0, value=2)
+    assert ex["detail"].startswith("unknown transaction T1: 1 writes visible")
+
+
+def test_torn_committed_txn_is_also_a_lost_write(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T1", [(0, 1, 0), (1, 2, 0)])
+    h.send("p2", [(1, 3, 1)])
+    h.seek("c0", [(0, 0), (1, 0)])
+    h.poll("c0", [(0, 0, 1), (1, 1, 3)])
+    v = verdict(h)
+    assert found(v) == {"torn_txn", "lost_write"}
+    example(v, "torn_txn", txn="T1", partition=1, value=2)
+
+
+def test_an_unknown_txn_seen_nowhere_or_everywhere_is_not_torn(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    h.send("p1", [(0, 1, 0), (1, 2, 0)], txn="T1")
+    h.commit("p1", "T1", type="info")
+    h.begin("p1", "T2")
+    h.send("p1", [(0, 3, 2), (1, 4, 2)], txn="T2")
+    h.commit("p1", "T2", type="info")
+    h.seek("c0", [(0, 0), (1, 0)])
+    h.poll("c0", [(0, 0, 1), (1, 0, 2)])  # T1 visible whole, T2 (offsets 2) not yet read
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_nonmonotonic_send(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 5)])
+    later = h.send("p0", [(0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_send"}
+    ex = example(v, "nonmonotonic_send", process="p0", op=later, offset=3, value=2)
+    assert "offset 5" in ex["detail"]
+
+
+def test_nonmonotonic_send_within_one_send(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    op = h.send("p0", [(0, 1, 5), (0, 2, 4)])
+    v = verdict(h)
+    example(v, "nonmonotonic_send", op=op, offset=4, value=2)
+
+
+def test_sends_of_different_processes_or_txns_may_interleave(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 5)])
+    h.send("p1", [(0, 2, 3)])        # another process: concurrent producers
+    h.txn("p0", "T1", [(0, 3, 7)])
+    h.txn("p0", "T2", [(0, 4, 6)])   # another transaction of p0 (T1 then T2 would be
+    v = verdict(h)                   # commit_order; here T2's send ack is only lower)
+    assert "nonmonotonic_send" not in found(v)
+
+
+def test_commit_order(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T1", [(0, 1, 5)])
+    h.begin("p2", "T2")
+    early = h.send("p2", [(0, 2, 3)], txn="T2")
+    h.commit("p2", "T2")
+    v = verdict(h)
+    assert found(v) == {"commit_order"}
+    ex = example(v, "commit_order", process="p2", op=early, txn="T2", partition=0, offset=3)
+    assert "T1 committed" in ex["detail"]
+
+
+def test_concurrent_transactions_may_append_in_any_order(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    h.begin("p2", "T2")
+    h.send("p2", [(0, 2, 3)], txn="T2")
+    h.send("p1", [(0, 1, 5)], txn="T1")
+    h.commit("p1", "T1")
+    h.commit("p2", "T2")
+    h.txn("p1", "T3", [(0, 3, 7)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def _crossed(h, sequential: bool):
+    """T1 and T2 each write partitions 0 and 1, in opposite orders. Concurrent unless
+    `sequential` (T1 commits before T2 begins)."""
+    h.begin("p1", "T1")
+    if not sequential:
+        h.begin("p2", "T2")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    if sequential:
+        h.send("p1", [(1, 3, 1)], txn="T1")
+        h.commit("p1", "T1")
+        h.begin("p2", "T2")
+        h.send("p2", [(1, 4, 0)], txn="T2")
+        h.send("p2", [(0, 2, 1)], txn="T2")
+        h.commit("p2", "T2")
+        return
+    h.send("p2", [(1, 4, 0)], txn="T2")
+    h.send("p1", [(1, 3, 1)], txn="T1")
+    h.send("p2", [(0, 2, 1)], txn="T2")
+    h.commit("p1", "T1")
+    h.commit("p2", "T2")
+
+
+def test_g0_between_concurrent_transactions_is_a_note(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _crossed(h, sequential=False)
+    v = verdict(h)
+    assert found(v) == {"g0"} and v.notes == ["g0"] and v.valid
+    ex = example(v, "g0", severity="note")
+    assert ex["txn"] in ("T1", "T2") and "-[ww: t/" in ex["detail"]
+
+
+def test_g0_contradicting_real_time_is_a_violation(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _crossed(h, sequential=True)
+    v = verdict(h)
+    assert found(v) == {"g0", "commit_order"} and not v.valid
+    example(v, "g0", severity="violation")
+
+
+def test_no_cycle_when_transactions_follow_each_other(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.txn("p1", "T1", [(0, 1, 0), (1, 2, 0)])
+    h.txn("p2", "T2", [(0, 3, 1), (1, 4, 1)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_g1c_of_concurrent_transactions_is_a_note(tmp_path):
+    """T2 appends to partition 1 before T1 does, then reads what T1 committed: Kafka
+    takes no write locks, so this ww + wr cycle is allowed."""
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 10, 0)], txn="T2")
+    h.txn("p1", "T1", [(1, 11, 1), (0, 12, 0)])
+    h.poll("p2", [(0, 0, 12)], txn="T2")
+    h.commit("p2", "T2")
+    v = verdict(h)
+    assert found(v) == {"g1c"} and v.valid
+    ex = example(v, "g1c", severity="note")
+    assert "wr: read value 12" in ex["detail"]
+
+
+def test_g1c_of_reads_in_a_circle_is_a_violation(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 2, 0)], txn="T2")
+    h.poll("p1", [(1, 0, 2)], txn="T1")
+    h.poll("p2", [(0, 0, 1)], txn="T2")
+    h.commit("p1", "T1")
+    h.commit("p2", "T2")
+    v = verdict(h)
+    assert found(v) == {"g1c", "precommitted_read"}
+    ex = example(v, "g1c", severity="violation")
+    assert ex["detail"].startswith("2-transaction cycle")
+
+
+def test_g_single(tmp_path):
+    """T1 read partition 0 up to offset 0 and T2 appended there at 1 (rw T1 -> T2),
+    while T2's record precedes T1's in partition 1 (ww T2 -> T1)."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p9", [(0, 100, 0)])
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 20, 0)], txn="T2")
+    h.begin("p1", "T1")
+    h.poll("p1", [(0, 0, 100)], txn="T1")
+    h.send("p1", [(1, 10, 1)], txn="T1")
+    h.send("p2", [(0, 21, 1)], txn="T2")
+    h.commit("p2", "T2")
+    h.commit("p1", "T1")
+    v = verdict(h)
+    assert found(v) == {"g_single"} and v.valid
+    ex = example(v, "g_single", severity="note")
+    assert "rw: read t/0 to offset 0" in ex["detail"] and "ww:" in ex["detail"]
+
+
+def test_no_g_single_when_the_reader_saw_the_write(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p9", [(0, 100, 0)])
+    h.begin("p2", "T2")
+    h.send("p2", [(1, 20, 0)], txn="T2")
+    h.send("p2", [(0, 21, 1)], txn="T2")
+    h.commit("p2", "T2")
+    h.begin("p1", "T1")
+    h.poll("p1", [(0, 0, 100), (0, 1, 21)], txn="T1")
+    h.send("p1", [(1, 10, 1)], txn="T1")
+    h.commit("p1", "T1")
+    v = verdict(h)
+    assert v.valid and found(v) == set()
