@@ -6,6 +6,10 @@ be reported with X, and with nothing else that is a violation, except what IMPLI
 declares. Notes (g0, and cycles real time allows) may appear anywhere: Kafka allows
 them.
 
+Each example is checked either the default way (a history this small in pandas, in
+this process) or on Spark (local=False, the session's one SparkSession), so both engines
+are held to the model.
+
 Budget: 25 examples per property by default (each check is a few Spark jobs);
 HYPOTHESIS_PROFILE=nightly runs 300, and ONCEPROOF_SYNTH_EXAMPLES overrides both. The
 profiles themselves are registered by the onceproof pytest plugin; only the example
@@ -37,31 +41,33 @@ shapes = st.builds(
 )
 
 
-def _reproduce(seed: int, shape: Shape, anomaly: str | None, path) -> str:
+def _reproduce(seed: int, shape: Shape, anomaly: str | None, path, on_spark: bool) -> str:
     how = f"synthesize({seed}, {shape!r})"
     if anomaly:
         how = f"inject({how}, {anomaly!r}, random.Random({seed}))"
-    return f"history {path}; rebuild it with checkers.synth: {how}"
+    return (f"history {path}; rebuild it with checkers.synth: {how}; "
+            f"checked with local={False if on_spark else None}")
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), shape=shapes)
-def test_synthesized_valid_histories_pass(spark, tmp_path_factory, seed, shape):
+@given(seed=st.integers(0, 2**32 - 1), shape=shapes, on_spark=st.booleans())
+def test_synthesized_valid_histories_pass(spark, tmp_path_factory, seed, shape, on_spark):
     path = write_history(synthesize(seed, shape), tmp_path_factory.mktemp("valid") / "h.jsonl")
-    verdict = check(path, spark)
-    assert verdict.valid, f"{verdict.summary()}\n{_reproduce(seed, shape, None, path)}"
+    verdict = check(path, spark, local=False if on_spark else None)
+    assert verdict.valid, f"{verdict.summary()}\n{_reproduce(seed, shape, None, path, on_spark)}"
     # Notes can only be cycles that real time allows.
     assert set(verdict.counts) <= {"g0", "g1c", "g_single"}, verdict.summary()
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), shape=shapes, anomaly=st.sampled_from(ANOMALIES))
+@given(seed=st.integers(0, 2**32 - 1), shape=shapes, anomaly=st.sampled_from(ANOMALIES),
+       on_spark=st.booleans())
 def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, seed, shape,
-                                                    anomaly):
+                                                    anomaly, on_spark):
     events = inject(synthesize(seed, shape), anomaly, random.Random(seed))
     path = write_history(events, tmp_path_factory.mktemp("bad") / "h.jsonl")
-    verdict = check(path, spark)
-    why = f"{verdict.summary()}\n{_reproduce(seed, shape, anomaly, path)}"
+    verdict = check(path, spark, local=False if on_spark else None)
+    why = f"{verdict.summary()}\n{_reproduce(seed, shape, anomaly, path, on_spark)}"
     assert verdict.counts.get(anomaly, 0) >= 1, f"{anomaly} not reported\n{why}"
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], why
     if anomaly not in NOTES:
@@ -70,9 +76,9 @@ def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, see
 
 @pytest.mark.parametrize("anomaly", ANOMALIES)
 def test_each_injection_is_exactly_one_anomaly(spark, tmp_path, anomaly):
-    """Every type, once, on one small history: the property above samples types, so
-    this keeps a missed type from hiding behind the sampling."""
+    """Every type, once, on one small history, on Spark: the property above samples
+    types, so this keeps a missed type from hiding behind the sampling."""
     events = inject(synthesize(11, ops=60), anomaly, random.Random(11))
-    verdict = check(write_history(events, tmp_path / "h.jsonl"), spark)
+    verdict = check(write_history(events, tmp_path / "h.jsonl"), spark, local=False)
     assert verdict.counts.get(anomaly) == 1, verdict.summary()
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], verdict.summary()
