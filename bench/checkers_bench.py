@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", help="directory to keep the JSONL and Parquet in")
     ap.add_argument("--master", help="Spark master (default: the checkers' own, local[2])")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: reuse the JSONL and Parquet already there (so a big "
+                         "history's generation and conversion can run as separate steps)")
     args = ap.parse_args(argv)
     target = SIZES.get(args.events.lower()) or int(float(args.events))
 
@@ -132,14 +135,20 @@ def main(argv=None) -> int:
     jsonl, tables = work / "history.jsonl", work / "tables"
     print(f"checkers bench: ~{target:,} events, seed {args.seed}, in {work}", flush=True)
     with PeakRSS() as rss:
-        n, t_gen = timed("synthesize (JSONL, streamed)", synthesize_file, jsonl, args.seed,
-                         shape_for(target))
+        from checkers.load import convert, is_converted
+        if args.reuse and jsonl.is_file():
+            n, t_gen = sum(1 for _ in jsonl.open("rb")), float("nan")
+        else:
+            n, t_gen = timed("synthesize (JSONL, streamed)", synthesize_file, jsonl,
+                             args.seed, shape_for(target))
         gen_peak, rss.driver = rss.driver, 0
         mb = jsonl.stat().st_size / 1e6
-        from checkers.load import convert
-        if tables.exists():
-            shutil.rmtree(tables)
-        _, t_conv = timed("convert JSONL -> Parquet", convert, jsonl, tables)
+        if args.reuse and is_converted(tables):
+            t_conv = float("nan")
+        else:
+            if tables.exists():
+                shutil.rmtree(tables)
+            _, t_conv = timed("convert JSONL -> Parquet", convert, jsonl, tables)
         conv_peak = rss.driver
 
         from checkers import check
