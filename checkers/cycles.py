@@ -113,7 +113,10 @@ def _read_edges(pl: PartitionLog) -> list[pd.DataFrame]:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    return [engine.facts(EDGE_FACT, e) for e in _ordered_edges(pl) + _read_edges(pl)]
+    edges = _ordered_edges(pl) if pl.has_txn_writes else []
+    if pl.has_txn_reads:
+        edges += _read_edges(pl)
+    return [engine.facts(EDGE_FACT, e) for e in edges]
 
 
 def edges(facts: pd.DataFrame) -> pd.DataFrame:

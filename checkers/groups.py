@@ -132,6 +132,8 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     out: list[dict] = []
+    if pl.offsets.empty:
+        return []
     o = pl.offsets.rename(columns={"status": "outcome", "t_begin": "eff_inv",
                                    "t_done": "eff_cmp"})
     o = o[o["group"].notna().to_numpy(dtype=bool)]

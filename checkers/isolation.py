@@ -107,7 +107,8 @@ def torn(facts: pd.DataFrame) -> list[dict]:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    return [engine.anomalies(aborted_reads(pl) + precommitted_reads(pl)), torn_facts(pl)]
+    found = engine.anomalies(aborted_reads(pl) + precommitted_reads(pl))
+    return [found, torn_facts(pl)] if pl.has_txn_writes else [found]
 
 
 def finish(facts: pd.DataFrame) -> pd.DataFrame:

@@ -73,7 +73,10 @@ def commit_orders(pl: PartitionLog) -> list[dict]:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    return [engine.anomalies(nonmonotonic_sends(pl) + commit_orders(pl))]
+    found = nonmonotonic_sends(pl)
+    if pl.has_txn_writes:
+        found += commit_orders(pl)
+    return [engine.anomalies(found)]
 
 
 def find(tables):

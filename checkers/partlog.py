@@ -94,6 +94,14 @@ class PartitionLog:
             part(i) for i in range(5))
         self._memo: dict = {}
 
+    @cached_property
+    def has_txn_writes(self) -> bool:
+        return bool(self.writes["txn"].notna().any())
+
+    @cached_property
+    def has_txn_reads(self) -> bool:
+        return bool(self.reads["txn"].notna().any())
+
     def memo(self, name: str, build):
         """A derived frame several checks share, computed once per partition."""
         if name not in self._memo:

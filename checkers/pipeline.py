@@ -57,7 +57,12 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    return [_outputs(pl), _proven(pl), _inputs(pl)]
+    out = [_inputs(pl)] if len(pl.offsets) else []
+    if pl.writes["source"].notna().any():
+        out.append(_outputs(pl))
+    if pl.has_txn_reads or (pl.reads["w_txn_outcome"] == UNKNOWN).any():
+        out.append(_proven(pl))
+    return out
 
 
 def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
