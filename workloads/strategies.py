@@ -85,7 +85,7 @@ def client_op(role: str, state: dict, draw, options: dict) -> dict | None:
         if not state.get("open"):
             state["open"] = True
             return {"f": "begin"}
-        choice = draw(st.sampled_from(["send", "send", "commit", "abort"]))
+        choice = draw(st.sampled_from(options.get("txn_ops", ["send", "send", "commit", "abort"])))
         if choice == "send":
             return {"f": "send", "n": draw(st.integers(1, 3))}
         state["open"] = False
@@ -135,7 +135,8 @@ def plans(draw, workload: str = "pipeline", faults=ALL_FAULTS, min_rounds: int =
             pending += steps[1:]
         # Workloads list their writer first, and Hypothesis's simplest choice is the first
         # element, so the simplest round writes rather than polling an empty topic.
-        active = draw(st.lists(st.sampled_from(list(clients)), min_size=1, unique=True))
+        active = list(clients) if options.get("all_clients") else draw(
+            st.lists(st.sampled_from(list(clients)), min_size=1, unique=True))
         ops = {}
         for cid in sorted(active):
             op = client_op(clients[cid]["role"], state[cid], draw, options)

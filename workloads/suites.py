@@ -51,7 +51,8 @@ SUITES = {s.name: s for s in [
     Suite("read_uncommitted_aborts",
           "a read_uncommitted consumer returns records of transactions that abort",
           frozenset({"aborted_read"}), "transactions",
-          config={"consumer": {"isolation.level": "read_uncommitted"}}),
+          config={"consumer": {"isolation.level": "read_uncommitted"}},
+          options={"all_clients": True, "txn_ops": ["send", "abort", "commit"]}),
     Suite("offsets_outside_txn_crash",
           "a pipeline commits input offsets after its transaction, and crashes in between: "
           "the restarted pipeline processes the same input again",
@@ -72,7 +73,7 @@ SUITES = {s.name: s for s in [
           "never processed again",
           frozenset({"lost_input"}), "pipeline",
           config={"clients": {"x0": {"pipeline": {"rewind_on_abort": False}}}},
-          options={"abort_percent": 50}),
+          options={"abort_percent": 50, "all_clients": True}),
     Suite("correct_pipeline",
           "idempotent, acks=all, read_committed, offsets in the transaction, rewind on "
           "abort: must pass under every fault",
