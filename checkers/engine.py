@@ -1,9 +1,10 @@
 """How the checkers run: one shuffle, one pandas pass per partition, then the driver.
 
 Spark's fixed cost is per stage, and most anomalies are properties of one partition.
-So the whole history becomes one table of steps (checkers/partlog.py), shuffled once
-by (topic, partition); one groupBy().applyInPandas runs every family's per-partition
-check on each partition's steps. Each family's `partition(pl)` yields anomaly rows and,
+So the whole history becomes one table of steps (checkers/partlog.py), partitioned
+once by (topic, partition) when it is converted (whole partitions per bucket file);
+one mapInArrow runs every family's per-partition check on each partition's steps,
+with no shuffle at check time. Each family's `partition(pl)` yields anomaly rows and,
 for what crosses partitions (a transaction's writes in several partitions, dependency
 edges, pipeline outputs), small *fact* rows. The driver collects that one output and
 each family's `finish(facts)` turns facts into the remaining anomalies.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -98,21 +100,19 @@ def _run(families):
     return run
 
 
-def partition_pass(tables, families) -> DataFrame:
-    """Every family's per-partition rows (OUT_SCHEMA), from one shuffle of the log."""
-    return log(tables).groupBy("topic", "partition").applyInPandas(_run(families), OUT_SCHEMA)
+_ARROW_TYPES = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get
 
 
-def local_pass(directory, families) -> pd.DataFrame:
-    """The same pass without Spark: the steps table grouped by pandas in this process.
-    For small histories, where Spark's fixed cost is most of the time, and as the
-    plain-pandas baseline the benchmarks compare Spark against."""
-    from pathlib import Path
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    return pa.schema([pa.field(f.name, pa.int64() if isinstance(f.dataType, LongType)
+                               else pa.string()) for f in schema])
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper={
-        pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get)
+
+OUT_ARROW = _arrow_schema(OUT_SCHEMA)
+
+
+def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
+    """Every family on every (topic, partition) of `steps` (conformed OUT_SCHEMA rows)."""
     run = _run(families)
     # Contiguous slices after one sort, instead of pandas' groupby over mixed keys.
     topic = pd.factorize(steps["topic"], use_na_sentinel=False)[0]
@@ -122,16 +122,43 @@ def local_pass(directory, families) -> pd.DataFrame:
     key = np.stack([topic[order], part[order]], axis=1)
     cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else []
     ends = np.r_[cut[1:], len(steps)] if len(key) else []
-    frames = [run(steps.iloc[a:b]) for a, b in zip(cut, ends)]
-    return pd.concat([f for f in frames if len(f)] or [conform(pd.DataFrame({"row": []}))],
-                     ignore_index=True)
+    frames = [f for f in (run(steps.iloc[a:b]) for a, b in zip(cut, ends)) if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
+
+
+def partition_pass(tables, families) -> DataFrame:
+    """Every family's per-partition rows (OUT_SCHEMA), on Spark.
+
+    No shuffle: the converter wrote the steps table as bucket files that each hold
+    whole partitions in one Parquet row group, and Spark never splits a row group
+    between tasks, so each task sees every step of the partitions it holds. Arrow
+    batches go to pandas with exact nullable integers (not float64)."""
+    def task(batches):
+        batches = list(batches)
+        if not batches:
+            return
+        steps = pa.Table.from_batches(batches).to_pandas(types_mapper=_ARROW_TYPES)
+        out = run_all(steps, families)
+        if len(out):
+            yield from pa.Table.from_pandas(out, schema=OUT_ARROW,
+                                            preserve_index=False).to_batches()
+    return log(tables).mapInArrow(task, OUT_SCHEMA)
+
+
+def local_pass(directory, families) -> pd.DataFrame:
+    """The same pass without Spark, in this process. For small histories, where
+    Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
+    import pyarrow.parquet as pq
+    from pathlib import Path
+    steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper=_ARROW_TYPES)
+    return run_all(steps, families)
 
 
 def collect(tables, families, local: bool = False) -> pd.DataFrame:
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
     local=True the per-partition pass runs in pandas here instead of on Spark."""
     out = local_pass(tables.dir, families) if local else \
-        partition_pass(tables, families).toPandas()
+        partition_pass(tables, families).toArrow().to_pandas(types_mapper=_ARROW_TYPES)
     out = conform(out) if len(out) else conform(pd.DataFrame({"row": []}))
     is_anomaly = (out["row"] == ANOMALY).to_numpy(dtype=bool)
     found = [out[is_anomaly]]

@@ -25,7 +25,7 @@ from .tables import (ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, TABL
                      UNKNOWN)
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2
 
 
 # ------------------------------------------------------------------------- flattening
@@ -419,10 +419,33 @@ def convert(path: str | Path, out: str | Path) -> Path:
     tables, stats = flatten(path)
     out.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
-        pq.write_table(table, out / f"{name}.parquet")
+        if name == "steps":
+            _write_buckets(table, out / "steps.parquet")
+        else:
+            pq.write_table(table, out / f"{name}.parquet")
     (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
                                             "stats": stats}, indent=1))
     return out
+
+
+BUCKETS = 32
+
+
+def _write_buckets(table: pa.Table, folder: Path) -> None:
+    """The steps table as up to BUCKETS files, each holding whole (topic, partition)s
+    in a single row group: Spark reads a row group in one task, so every task sees all
+    of the partitions it is given (checkers/engine.py), with no shuffle."""
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = table.select(["topic", "partition"]).to_pandas()
+    groups = keys.drop_duplicates()
+    n = max(1, min(BUCKETS, len(groups)))
+    bucket = (pd.util.hash_pandas_object(keys, index=False).to_numpy() % n).astype(np.int64)
+    order = np.argsort(bucket, kind="stable")
+    ends = np.searchsorted(bucket[order], np.arange(n + 1))
+    for b in range(n):
+        part = table.take(pa.array(order[ends[b]:ends[b + 1]], type=pa.int64()))
+        pq.write_table(part, folder / f"part-{b:05d}.parquet",
+                       row_group_size=max(1, part.num_rows))
 
 
 def is_converted(path: str | Path) -> bool:
@@ -467,7 +490,7 @@ def read_parquet(directory: str | Path, spark) -> Tables:
         raise HistoryError(f"{directory}: Parquet tables of format {manifest.get('format')}, "
                            f"this onceproof reads format {FORMAT}; convert the JSONL again")
     for name in TABLES:
-        if not (directory / f"{name}.parquet").is_file():
+        if not (directory / f"{name}.parquet").exists():
             raise HistoryError(f"{directory}: missing {name}.parquet; convert the JSONL again")
     return Tables(directory, spark, manifest.get("stats", {}))
 

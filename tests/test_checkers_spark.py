@@ -133,6 +133,22 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     assert _rows(on_spark) == _rows(here)
 
 
+def test_tasks_never_split_a_partition(sink, spark, tmp_path):
+    """Spark cuts files into many small splits; each partition's steps must still
+    reach one task whole, or the per-partition checks would see half a log."""
+    folder = convert(sink, tmp_path / "tables")
+    here = engine.collect(read_parquet(folder, spark), FAMILIES, local=True)
+    old = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "2048")
+    try:
+        tables = read_parquet(folder, spark)
+        assert tables.steps.rdd.getNumPartitions() > 10
+        split = engine.collect(tables, FAMILIES, local=False)
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+    assert _rows(split) == _rows(here)
+
+
 def test_a_family_alone_is_a_spark_dataframe(sink, spark, tmp_path):
     from checkers import log_values
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
