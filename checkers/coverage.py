@@ -13,6 +13,9 @@ from .partlog import PartitionLog
 from .tables import COMMITTED, READ_COMMITTED
 
 
+_NONE = np.iinfo(np.int64).min  # stands for a missing value in integer arrays
+
+
 def _scan_text(scan) -> str:
     return (f"{scan['process']} ({scan['isolation']}) read offsets {int(scan['s'])}.."
             f"{int(scan['e'])}")
@@ -37,10 +40,12 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     out["offset"], out["lo"], out["hi"] = known, lo, hi
 
     r = pl.reads
-    values = w["value"].to_numpy(dtype=float, na_value=np.nan)
+    # Exact integers: values need not fit a float's 53 bits.
+    values = w["value"].to_numpy(dtype=np.int64, na_value=_NONE)
+    read = r["value"].to_numpy(dtype=np.int64, na_value=_NONE)
 
     def seen(mask):
-        return np.isin(values, r.loc[mask, "value"].dropna().to_numpy(dtype=float))
+        return np.isin(values, read[mask]) & (values != _NONE)
     out["seen_any"] = seen(np.ones(len(r), dtype=bool))
     out["seen_rc"] = seen((r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool))
     out["seen_final"] = seen(r["final"].fillna(False).to_numpy(dtype=bool))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import pandas as pd
 
 from . import coverage, engine

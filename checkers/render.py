@@ -1,7 +1,6 @@
 """The verdict as a person reads it at a terminal (`onceproof check`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.console import Console

@@ -2,7 +2,7 @@
 unseen, hanging_txn. Each anomaly has a history with it and a valid one without."""
 from __future__ import annotations
 
-from histories import RC, RU, History, example, found, verdict
+from histories import RU, History, example, found, verdict
 
 
 def test_duplicate(tmp_path):
@@ -140,3 +140,15 @@ def test_no_hanging_txn_when_the_lso_caught_up(tmp_path):
     h.watermarks("final", [(0, 0, 2, 2)])
     v = verdict(h)
     assert v.valid and found(v) == set()
+
+
+def test_values_beyond_float_precision_stay_distinct(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.base = 2**60  # neighbouring values here are one float apart: 256
+    h.send("p0", [(0, 1, 0)])
+    lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 2)])
+    h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"lost_write"}
+    example(v, "lost_write", op=lost, value=2**60 + 2)
