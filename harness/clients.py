@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException,
+from confluent_kafka import (Consumer, KafkaError, KafkaException,
                              Producer, TopicPartition)
 
 from .history import HistoryWriter

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
