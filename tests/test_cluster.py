@@ -224,8 +224,11 @@ def test_wiped_node_comes_back_empty_and_catches_up(cluster):
     assert _produce(cluster.bootstrap, topic, [b"kept"]) == [None]
     cluster.wipe(victim)
     assert not (cluster.node_dir(victim) / "data" / f"{topic}-0").exists()
-    cluster.heal_all()  # starts it on its empty disk; ready means a full ISR again
+    cluster.heal_all()  # starts it on its empty disk
+    # The ISR may never have dropped the victim (a kill and restart can beat the broker
+    # session timeout), so a full ISR alone proves nothing: the copied bytes do.
+    copied = _until(lambda: _log_bytes(cluster, victim, topic) > 0, timeout=120)
+    assert copied, "the wiped node never copied the partition back"
     rejoined = _until(lambda: (p := _partition(cluster.admin(), topic)) and len(p.isrs) == cluster.n,
                       timeout=120)
     assert rejoined, "the wiped node never rejoined the ISR"
-    assert _log_bytes(cluster, victim, topic) > 0  # it copied the partition back
