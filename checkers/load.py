@@ -3,12 +3,17 @@
 Flattening runs once, vectorized, in Arrow and pandas: records are exploded out of
 their ops, each op's invoke is joined to its completion, and what the checkers ask of
 every record (its transaction's outcome, who wrote a value that was read) is joined in
-here, while the whole history is in memory anyway. The Spark jobs then start from flat
-Parquet and never join by value.
+here. The Spark jobs then start from flat Parquet and never join by value.
+
+Memory is bounded by everything but the polls' records: those are most of a history
+(a poll returns many records, and each becomes a read and a step), so they go to disk
+block by block as the JSONL streams in (PollSpool), are joined a block at a time, and
+the steps are spooled and regrouped by partition on disk (StepSpool).
 """
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -30,21 +35,22 @@ FORMAT = 2
 
 # ------------------------------------------------------------------------- flattening
 
-def _explode(events: pa.Table, frame: pd.DataFrame, mask: np.ndarray, key: str) -> pd.DataFrame:
+def _explode(events: pa.Table, mask: np.ndarray, key: str) -> pd.DataFrame:
     """One row per item of value.<key> of the events selected by mask: op, rec, fields."""
-    return _explode_arrow(events, frame, mask, key).to_pandas(types_mapper=_nullable)
+    return _explode_arrow(events, mask, key).to_pandas(types_mapper=_nullable)
 
 
-def _explode_arrow(events: pa.Table, frame: pd.DataFrame, mask: np.ndarray, key: str) -> pa.Table:
+def _explode_arrow(events: pa.Table, mask: np.ndarray, key: str) -> pa.Table:
     item = events.schema.field("value").type.field(key).type.value_type
-    sel = np.flatnonzero(mask)
-    values = events.column("value").take(pa.array(sel, type=pa.int64())).combine_chunks()
+    sel = pa.array(np.flatnonzero(mask), type=pa.int64())
+    values = events.column("value").take(sel).combine_chunks()
     lists = pc.struct_field(values, key)
     flat = pc.list_flatten(lists)
     parents = pc.list_parent_indices(lists).to_numpy()
     lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    cols = {"op": pa.array(frame["op"].to_numpy(dtype=np.int64)[sel][parents], type=pa.int64()),
+    op = events.column("op").take(sel).to_numpy()
+    cols = {"op": pa.array(op[parents], type=pa.int64()),
             "rec": pa.array(np.arange(len(flat), dtype=np.int64) - starts, type=pa.int64())}
     for i in range(item.num_fields):
         cols[item.field(i).name] = flat.field(i) if len(flat) else pa.array([], item.field(i).type)
@@ -196,8 +202,8 @@ def _ordered(cols: dict, name: str) -> pa.Table:
 
 def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    acked = _explode_arrow(events, ev, (f == "send") & (t == "ok"), "records")
-    asked = _explode_arrow(events, ev, (f == "send") & (t == "invoke"), "records")
+    acked = _explode_arrow(events, (f == "send") & (t == "ok"), "records")
+    asked = _explode_arrow(events, (f == "send") & (t == "invoke"), "records")
     asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
     asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
                              pa.nulls(asked.num_rows, pa.int64()))
@@ -222,22 +228,31 @@ def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     return _ordered(cols, "writes")
 
 
-def _reads(events, ev, ops_t, ops_index, txns_t, txns_index, writes: pa.Table) -> pa.Table:
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    r = _explode_arrow(events, ev, (f == "poll") & (t == "ok"), "records")
+class _WriteIndex:
+    """Which row of the writes table wrote each value (values are unique)."""
+
+    def __init__(self, writes: pa.Table) -> None:
+        self.writes = writes
+        values, valid = _ints(writes.column("value"))
+        self.values = pd.Index(values[valid])
+        self.rows = np.flatnonzero(valid)
+
+    def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        at = _positions_in(self.values, values, valid)
+        return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
+
+
+def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: _WriteIndex) -> pa.Table:
+    """The reads of a block of exploded poll records (PollSpool), joined to their ops,
+    transactions and writes."""
     cols = {c: r.column(c) for c in r.column_names if c != "source"}
     cols.update(_take(ops_t, _positions_in(ops_index, _ints(r.column("op"))[0]), [
         "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
         "invoke_time", "complete_time"]))
     cols.update(_take(txns_t, _positions_in(txns_index, _strings(cols["txn"])), ["outcome"],
                       prefix="txn_"))
-    w_values, w_valid = _ints(writes.column("value"))
-    written = pd.Index(w_values[w_valid])
-    rows = np.flatnonzero(w_valid)
-    values, valid = _ints(r.column("value"))
-    at = _positions_in(written, values, valid)
-    idx = np.where(at >= 0, rows[np.maximum(at, 0)] if len(rows) else 0, -1)
-    cols.update(_take(writes, idx, [
+    idx = written.rows_of(*_ints(r.column("value")))
+    cols.update(_take(written.writes, idx, [
         "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
         "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
         "txn_commit_complete_index"], prefix="w_"))
@@ -250,7 +265,7 @@ def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
     every partition the process ever read or sought, since a reset makes all its
     positions unknown."""
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    sought = _explode(events, ev, (f == "seek") & (t == "invoke"), "positions")
+    sought = _explode(events, (f == "seek") & (t == "invoke"), "positions")
     sought = sought.merge(ops[["op", "process", "type", "invoke_index", "complete_index"]],
                           on="op")
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
@@ -273,9 +288,9 @@ def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
 
 def _offsets(events, ev, ops, txns) -> pd.DataFrame:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    asked = _explode(events, ev, np.isin(f, ["commit_offsets", "send_offsets"])
+    asked = _explode(events, np.isin(f, ["commit_offsets", "send_offsets"])
                      & (t == "invoke"), "offsets")
-    fetched = _explode(events, ev, (f == "fetch_offsets") & (t == "ok"), "offsets")
+    fetched = _explode(events, (f == "fetch_offsets") & (t == "ok"), "offsets")
     rows = _cat([asked, fetched])
     cols = ["op", "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
     rows = rows.merge(ops[cols], on="op", how="left")
@@ -298,56 +313,63 @@ def _offsets(events, ev, ops, txns) -> pd.DataFrame:
 
 def _watermarks(events, ev, ops) -> pd.DataFrame:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    wm = _explode(events, ev, (f == "watermarks") & (t == "ok"), "partitions")
+    wm = _explode(events, (f == "watermarks") & (t == "ok"), "partitions")
     return wm.merge(ops[["op", "process", "invoke_index", "complete_index"]], on="op")
 
 
-def _steps(tables: dict[str, pa.Table]) -> pa.Table:
-    """The steps table (tables.py): the per-partition tables in one shape."""
-    r = tables["reads"]
+# Each kind of step, with the columns of its own table renamed into the steps shape.
+_STEP_COLUMNS = {
+    "w": {"t_begin": "txn_begin_index", "t_done": "txn_commit_complete_index"},
+    "r": {"status": "w_status", "source": "w_source", "w_inv": "w_invoke_index",
+          "w_cmp": "w_complete_index", "w_commit_inv": "w_txn_commit_invoke_index",
+          "w_commit_cmp": "w_txn_commit_complete_index"},
+    "p": {"type": "kind", "status": "cause"},
+    "m": {"offset": "low"},
+    "o": {"status": "outcome", "t_begin": "effect_invoke_index",
+          "t_done": "effect_complete_index"},
+}
+STEP_KINDS = {"writes": "w", "reads": "r", "positions": "p", "watermarks": "m", "offsets": "o"}
+
+
+def _visibility(r: pa.Table) -> pa.Array:
+    """vis of each read (tables.py): 2 visible to read_committed readers, 1 to
+    read_uncommitted ones only, 0 not attributable to a send to this partition that
+    did not fail."""
     same = pc.fill_null(pc.and_(pc.equal(r.column("w_topic"), r.column("topic")),
                                 pc.equal(r.column("w_partition"), r.column("partition"))), False)
     visible = pc.and_(pc.and_(r.column("w_found"), same),
                       pc.fill_null(pc.not_equal(r.column("w_type"), "fail"), True))
     rc = pc.or_(pc.is_null(r.column("w_txn")),
                 pc.fill_null(pc.equal(r.column("w_txn_outcome"), COMMITTED), False))
-    vis = pc.if_else(visible, pc.if_else(rc, pa.scalar(2), pa.scalar(1)), pa.scalar(0))
-    renamed = [
-        ("w", tables["writes"], {"t_begin": "txn_begin_index",
-                                 "t_done": "txn_commit_complete_index"}),
-        ("r", r.append_column("vis", vis), {
-            "status": "w_status", "source": "w_source", "w_inv": "w_invoke_index",
-            "w_cmp": "w_complete_index", "w_commit_inv": "w_txn_commit_invoke_index",
-            "w_commit_cmp": "w_txn_commit_complete_index"}),
-        ("p", tables["positions"], {"type": "kind", "status": "cause"}),
-        ("m", tables["watermarks"], {"offset": "low"}),
-        ("o", tables["offsets"], {"status": "outcome", "t_begin": "effect_invoke_index",
-                                  "t_done": "effect_complete_index"}),
-    ]
-    schema = SCHEMAS["steps"]
-    parts = []
-    for kind, table, source in renamed:
-        n = table.num_rows
-        cols = {}
-        for fld in schema:
-            name = source.get(fld.name, fld.name)
-            if fld.name == "kind":
-                cols["kind"] = pa.array([kind] * n, type=pa.string())
-            elif name in table.column_names:
-                cols[fld.name] = table.column(name).cast(fld.type)
-            else:
-                cols[fld.name] = pa.nulls(n, fld.type)
-        parts.append(pa.table(cols, schema=schema))
-    return pa.concat_tables(parts)
+    return pc.if_else(visible, pc.if_else(rc, pa.scalar(2), pa.scalar(1)), pa.scalar(0))
+
+
+def _steps_of(name: str, table: pa.Table) -> pa.Table:
+    """Table `name` (writes, reads, ...) as rows of the steps table."""
+    kind = STEP_KINDS[name]
+    if kind == "r":
+        table = table.append_column("vis", _visibility(table))
+    source, n = _STEP_COLUMNS[kind], table.num_rows
+    cols = {}
+    for fld in SCHEMAS["steps"]:
+        column = source.get(fld.name, fld.name)
+        if fld.name == "kind":
+            cols["kind"] = pa.array([kind] * n, type=pa.string())
+        elif column in table.column_names:
+            cols[fld.name] = table.column(column).cast(fld.type)
+        else:
+            cols[fld.name] = pa.nulls(n, fld.type)
+    return pa.table(cols, schema=SCHEMAS["steps"])
 
 
 def _empty(name: str) -> pd.DataFrame:
     return SCHEMAS[name].empty_table().to_pandas(types_mapper=_nullable)
 
 
-def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
-    """The tables of a JSONL history (as Arrow tables) and its stats."""
-    events = events_table(path)
+def _convert(path: Path, out: Path, spool: Path) -> dict:
+    """Write the tables of the JSONL history at `path` under `out`; return its stats."""
+    polls = PollSpool(spool)
+    events = events_table(path, sink=polls)
     ev = scalar_frame(events)
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
     ops = _ops(events, ev)
@@ -357,39 +379,179 @@ def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     ops["n_records"] = ops["op"].map(pd.Series(
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = _txns(ops)
-    tables = {"ops": _to_arrow("ops", ops), "txns": _to_arrow("txns", txns)}
+    ops_t, txns_t = _to_arrow("ops", ops), _to_arrow("txns", txns)
     ops_index = pd.Index(ops["op"].to_numpy(dtype=np.int64))
     txns_index = pd.Index(txns["txn"].to_numpy(dtype=object))
-    writes = _writes(path, events, ev, tables["ops"], ops_index, tables["txns"], txns_index)
-    reads = _reads(events, ev, tables["ops"], ops_index, tables["txns"], txns_index, writes)
-    read_partitions = (reads.select(["process", "topic", "partition"])
-                       .group_by(["process", "topic", "partition"]).aggregate([])
-                       .to_pandas(types_mapper=_nullable))
+    writes = _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index)
+
+    steps = StepSpool(spool)
+    steps.add(_steps_of("writes", writes))
+    written = _WriteIndex(writes)
+    n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
+    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink:
+        for raw in polls.blocks():
+            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
+            sink.write_table(reads)
+            steps.add(_steps_of("reads", reads))
+            seen.append(_distinct(reads.select(_READERS.names)))
+            n_reads += reads.num_rows
+    readers = _distinct(pa.concat_tables(seen[1:]))
+    read_partitions = readers.to_pandas(types_mapper=_nullable)
     frames = {
         "positions": _positions(events, ev, ops, read_partitions),
         "offsets": _offsets(events, ev, ops, txns),
         "faults": ops[ops["process"] == NEMESIS],
         "watermarks": _watermarks(events, ev, ops),
     }
-    tables.update({"writes": writes, "reads": reads})
+    tables = {"ops": ops_t, "txns": txns_t, "writes": writes}
     tables.update({name: _to_arrow(name, df) for name, df in frames.items()})
-    tables["steps"] = _steps(tables)
-    partitions = pa.concat_tables([writes.select(["topic", "partition"]),
-                                   reads.select(["topic", "partition"])])
-    stats = {
+    for name, table in tables.items():
+        pq.write_table(table, out / f"{name}.parquet")
+        if name in STEP_KINDS and name != "writes":
+            steps.add(_steps_of(name, table))
+    n_steps = steps.finish(out / "steps.parquet")
+    partitions = _distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
+    return {
         "events": int(len(ev)),
         "ops": int(len(ops)),
         "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
         "ops_by_type": {k: int(v) for k, v in ops["type"].value_counts().sort_index().items()},
         "incomplete_ops": int(ops["complete_index"].isna().sum()),
-        "writes": writes.num_rows, "reads": reads.num_rows,
+        "writes": writes.num_rows, "reads": n_reads,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
         "faults": int(len(frames["faults"])),
-        "steps": tables["steps"].num_rows,
-        "partitions": partitions.group_by(["topic", "partition"]).aggregate([]).num_rows,
+        "steps": n_steps,
+        "partitions": partitions.num_rows,
     }
-    return {name: tables[name] for name in TABLES}, stats
+
+
+_READERS = pa.schema([SCHEMAS["reads"].field(n) for n in ("process", "topic", "partition")])
+
+
+def _distinct(table: pa.Table) -> pa.Table:
+    return table.group_by(table.column_names).aggregate([])
+
+
+class PollSpool:
+    """The records of ok polls, moved to disk as the JSONL streams in (a sink for
+    parse.events_table): exploded per block (op, rec, topic, partition, offset, key,
+    value, source) into Arrow files, and taken out of the events kept in memory."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: list[Path] = []
+
+    def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        events = pa.Table.from_batches([batch])
+        polls = pc.fill_null(pc.and_(pc.equal(events.column("f"), "poll"),
+                                     pc.equal(events.column("type"), "ok")), False)
+        mask = polls.to_numpy()
+        if not mask.any():
+            return batch
+        exploded = _explode_arrow(events, mask, "records")
+        path = self.folder / f"polls-{len(self.files):06d}.arrow"
+        with pa.ipc.new_file(path, exploded.schema) as out:
+            out.write_table(exploded)
+        self.files.append(path)
+        value = batch.column("value")
+        fields = [value.field(i) for i in range(value.type.num_fields)]
+        at = value.type.get_field_index("records")
+        fields[at] = pc.if_else(polls.combine_chunks(), pa.nulls(len(batch), fields[at].type),
+                                fields[at])
+        kept = pa.StructArray.from_arrays(fields, fields=list(value.type), mask=value.is_null())
+        return pa.RecordBatch.from_arrays(
+            [kept if n == "value" else batch.column(n) for n in batch.schema.names],
+            schema=batch.schema)
+
+    def clear(self) -> None:
+        for path in self.files:
+            path.unlink(missing_ok=True)
+        self.files = []
+
+    def blocks(self):
+        for path in self.files:
+            with pa.memory_map(str(path)) as source:
+                yield pa.ipc.open_file(source).read_all()
+
+
+class StepSpool:
+    """The steps table, spooled to disk in blocks sorted by (topic, partition), then
+    written as bucket files that each hold whole partitions in one Parquet row group:
+    Spark reads a row group in one task, so every task sees all the steps of the
+    partitions it is given (checkers/engine.py), with no shuffle at check time."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.groups: dict[tuple, int] = {}
+        self.sizes: list[int] = []
+        self.blocks: list[tuple[Path, dict[int, tuple[int, int]]]] = []
+
+    def add(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        keys = pd.DataFrame({
+            "t": table.column("topic").fill_null("").to_numpy(zero_copy_only=False),
+            "n": table.column("topic").is_null().to_numpy(zero_copy_only=False),
+            "p": pc.fill_null(table.column("partition"), -1).to_numpy(),
+            "q": table.column("partition").is_null().to_numpy(zero_copy_only=False)})
+        local, uniques = pd.factorize(pd.MultiIndex.from_frame(keys))
+        gid = np.array([self._group(k) for k in uniques], dtype=np.int64)[local]
+        order = np.argsort(gid, kind="stable")
+        gid = gid[order]
+        cuts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
+        ends = np.r_[cuts[1:], len(gid)]
+        where = {int(gid[a]): (int(a), int(b)) for a, b in zip(cuts, ends)}
+        for g, (a, b) in where.items():
+            self.sizes[g] += b - a
+        path = self.folder / f"steps-{len(self.blocks):06d}.arrow"
+        with pa.ipc.new_file(path, table.schema) as out:
+            out.write_table(table.take(pa.array(order, type=pa.int64())))
+        self.blocks.append((path, where))
+
+    def _group(self, key: tuple) -> int:
+        if key not in self.groups:
+            self.groups[key] = len(self.sizes)
+            self.sizes.append(0)
+        return self.groups[key]
+
+    def finish(self, folder: Path) -> int:
+        """Write the bucket files into `folder`; return the number of steps."""
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        n = max(1, min(BUCKETS, len(self.sizes)))
+        # Largest partitions first, each to the emptiest bucket: balanced tasks.
+        load, members = [0] * n, [[] for _ in range(n)]
+        for g in sorted(range(len(self.sizes)), key=lambda g: -self.sizes[g]):
+            b = load.index(min(load))
+            load[b] += self.sizes[g]
+            members[b].append(g)
+        schema = SCHEMAS["steps"]
+        sources = [pa.memory_map(str(path)) for path, _ in self.blocks]
+        try:
+            blocks = [pa.ipc.open_file(src).read_all() for src in sources]
+            for b in range(n):
+                pieces = [block.slice(a, e - a) for g in members[b]
+                          for block, (_, where) in zip(blocks, self.blocks)
+                          if g in where for a, e in [where[g]]]
+                part = pa.concat_tables(pieces) if pieces else schema.empty_table()
+                pq.write_table(part, folder / f"part-{b:05d}.parquet",
+                               row_group_size=max(1, part.num_rows))
+        finally:
+            for src in sources:
+                src.close()
+        return sum(self.sizes)
+
+
+def flatten(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
+    """The tables of a JSONL history (as Arrow tables, read back from a conversion in a
+    temporary directory) and its stats: for looking at a small history's tables."""
+    with tempfile.TemporaryDirectory(prefix="onceproof-") as d:
+        convert(path, d)
+        stats = json.loads((Path(d) / MANIFEST).read_text())["stats"]
+        tables = {name: pq.read_table(Path(d) / f"{name}.parquet") for name in TABLES}
+    return tables, stats
 
 
 def _to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
@@ -416,36 +578,16 @@ def convert(path: str | Path, out: str | Path) -> Path:
     if path.is_dir():
         raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
                            "or a directory written by `convert`")
-    tables, stats = flatten(path)
     out.mkdir(parents=True, exist_ok=True)
-    for name, table in tables.items():
-        if name == "steps":
-            _write_buckets(table, out / "steps.parquet")
-        else:
-            pq.write_table(table, out / f"{name}.parquet")
+    (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
+        stats = _convert(path, out, Path(spool))
     (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
                                             "stats": stats}, indent=1))
     return out
 
 
-BUCKETS = 32
-
-
-def _write_buckets(table: pa.Table, folder: Path) -> None:
-    """The steps table as up to BUCKETS files, each holding whole (topic, partition)s
-    in a single row group: Spark reads a row group in one task, so every task sees all
-    of the partitions it is given (checkers/engine.py), with no shuffle."""
-    folder.mkdir(parents=True, exist_ok=True)
-    keys = table.select(["topic", "partition"]).to_pandas()
-    groups = keys.drop_duplicates()
-    n = max(1, min(BUCKETS, len(groups)))
-    bucket = (pd.util.hash_pandas_object(keys, index=False).to_numpy() % n).astype(np.int64)
-    order = np.argsort(bucket, kind="stable")
-    ends = np.searchsorted(bucket[order], np.arange(n + 1))
-    for b in range(n):
-        part = table.take(pa.array(order[ends[b]:ends[b + 1]], type=pa.int64()))
-        pq.write_table(part, folder / f"part-{b:05d}.parquet",
-                       row_group_size=max(1, part.num_rows))
+BUCKETS = 32  # at most this many steps files (Spark tasks)
 
 
 def is_converted(path: str | Path) -> bool:

@@ -41,16 +41,23 @@ _REQUIRED = ("index", "op", "process", "type", "f", "time")
 _BLOCK = 64 << 20
 
 
-def events_table(path: str | Path) -> pa.Table:
-    """The events of a history as an Arrow table with schema EVENT, validated."""
+def events_table(path: str | Path, sink=None) -> pa.Table:
+    """The events of a history as an Arrow table with schema EVENT, validated.
+
+    The file is parsed in blocks; with a `sink`, each block passes through
+    `sink.take(batch) -> batch` before it is kept, so a converter can move bulky
+    parts (poll records) to disk while the file streams by. If the fast reader gives
+    up part way, `sink.clear()` is called and the reference reader's events go
+    through the sink again from the start."""
     path = Path(path)
     if not path.is_file():
         raise HistoryError(f"{path}: no such history file; pass the history.jsonl a run wrote")
     if path.stat().st_size == 0:
         return EVENT.empty_table()
     truncated: list[int] = []
+    take = sink.take if sink is not None else (lambda batch: batch)
     try:
-        table = _fast(path, truncated)
+        table = _fast(path, truncated, take)
     except pa.ArrowInvalid:
         table = None
     if table is not None:
@@ -65,22 +72,31 @@ def events_table(path: str | Path) -> pa.Table:
         events = read_events(path)
     if table is not None:
         raise HistoryError(f"{path}: {problem}")
-    return _from_events(events)
+    if sink is not None:
+        sink.clear()
+    whole = _from_events(events)
+    return pa.Table.from_batches([take(b) for b in whole.to_batches(max_chunksize=100_000)],
+                                 schema=EVENT)
 
 
-def _fast(path: Path, truncated: list[int]) -> pa.Table:
+def _fast(path: Path, truncated: list[int], take) -> pa.Table:
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         cut = _complete_length(path, mm)
         if cut < len(mm):
             truncated.append(cut)
-        buf = pa.py_buffer(mm)[:cut]
-        try:
-            opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
-            table = pj.read_json(pa.BufferReader(buf), read_options=pj.ReadOptions(
-                block_size=_BLOCK), parse_options=opts)
-        finally:
-            del buf
-    return table.select(EVENT.names).cast(EVENT)
+    # Arrow's own map: it stays open while the reader (or a traceback) holds it.
+    with pa.memory_map(str(path)) as source:
+        opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
+        reader = pj.open_json(pa.BufferReader(source.read_buffer(cut)),
+                              read_options=pj.ReadOptions(block_size=_BLOCK),
+                              parse_options=opts)
+        kept = [take(_conform(batch)) for batch in reader]
+    return pa.Table.from_batches(kept, schema=EVENT)
+
+
+def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
+                                       for n in EVENT.names], schema=EVENT)
 
 
 def _complete_length(path: Path, mm: mmap.mmap) -> int:
