@@ -1,6 +1,7 @@
 """How fast the checkers are on a big history, as ratios measured in one run.
 
-    python bench/checkers_bench.py --events 1m      # or 10m; --keep DIR keeps the files
+    python bench/checkers_bench.py                  # 1M then 10M events, one Spark session
+    python bench/checkers_bench.py --events 250000  # any sizes; --keep DIR keeps the files
 
 Steps, each timed:
 1. synthesize a valid history of about N events with checkers/synth.py, streamed to
@@ -117,58 +118,44 @@ def pandas_checks(tables: Path) -> dict[str, int]:
     return {"duplicate": dup, "lost_write": lost}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", default="1m",
-                    help="history size: 1m, 10m, or a number of events")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--keep", help="directory to keep the JSONL and Parquet in")
-    ap.add_argument("--master", help="Spark master (default: the checkers' own, local[2])")
-    ap.add_argument("--reuse", action="store_true",
-                    help="with --keep: reuse the JSONL and Parquet already there (so a big "
-                         "history's generation and conversion can run as separate steps)")
-    args = ap.parse_args(argv)
-    target = SIZES.get(args.events.lower()) or int(float(args.events))
-
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
+def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
+    """Synthesize, convert and check one history of about `target` events; print and
+    return its figures."""
+    from checkers import check
+    from checkers.load import convert, is_converted
     work.mkdir(parents=True, exist_ok=True)
     jsonl, tables = work / "history.jsonl", work / "tables"
-    print(f"checkers bench: ~{target:,} events, seed {args.seed}, in {work}", flush=True)
+    print(f"checkers bench: ~{target:,} events, seed {seed}, in {work}", flush=True)
     with PeakRSS() as rss:
-        from checkers.load import convert, is_converted
-        if args.reuse and jsonl.is_file():
+        if reuse and jsonl.is_file():
             n, t_gen = sum(1 for _ in jsonl.open("rb")), float("nan")
         else:
             n, t_gen = timed("synthesize (JSONL, streamed)", synthesize_file, jsonl,
-                             args.seed, shape_for(target))
+                             seed, shape_for(target))
         gen_peak, rss.driver = rss.driver, 0
         mb = jsonl.stat().st_size / 1e6
-        if args.reuse and is_converted(tables):
+        if reuse and is_converted(tables):
             t_conv = float("nan")
         else:
             if tables.exists():
                 shutil.rmtree(tables)
             _, t_conv = timed("convert JSONL -> Parquet", convert, jsonl, tables)
         conv_peak = rss.driver
-
-        from checkers import check
-        from checkers.spark import session
-        spark, t_spark = timed("start Spark", session, args.master)
-        # One small check first, so the timed run does not pay for JIT and worker start.
-        small = work / "warmup.jsonl"
-        synthesize_file(small, 0, Shape(ops=200))
-        timed("warm-up check (400 events)", check, small, spark)
         rss.driver = rss.children = 0
-        verdict, t_check = timed("full check suite (Parquet)", check, tables, spark)
+        verdict, t_check = timed("full check suite (Parquet, Spark)", check, tables, spark,
+                                 3, None, False)
         check_driver, check_jvm = rss.driver, rss.children
         _, t_scan = timed("Spark scan only (Parquet)", spark_scan, spark, tables)
         found, t_pandas = timed("pandas duplicate + lost_write", pandas_checks, tables)
 
+    steps = verdict.stats.get("steps", 0)
     figures = {
-        "events": n, "jsonl_mb": round(mb, 1),
-        "parquet_mb": round(sum(f.stat().st_size for f in tables.glob("*")) / 1e6, 1),
+        "events": n, "steps": steps, "jsonl_mb": round(mb, 1),
+        "parquet_mb": round(sum(f.stat().st_size for f in tables.rglob("*.parquet")
+                                if f.is_file()) / 1e6, 1),
         "synthesize_s": round(t_gen, 2), "convert_s": round(t_conv, 2),
         "check_s": round(t_check, 2), "events_per_s": round(n / t_check),
+        "steps_per_s": round(steps / t_check),
         "scan_s": round(t_scan, 2), "pandas_s": round(t_pandas, 2),
         "check_over_scan": round(t_check / t_scan, 2),
         "check_over_pandas": round(t_check / t_pandas, 2),
@@ -180,8 +167,9 @@ def main(argv=None) -> int:
     }
     print()
     print(f"events                 {n:,} ({figures['jsonl_mb']} MB JSONL, "
-          f"{figures['parquet_mb']} MB Parquet)")
-    print(f"full check suite       {t_check:.1f} s  ({figures['events_per_s']:,} events/s)")
+          f"{figures['parquet_mb']} MB Parquet; {steps:,} steps)")
+    print(f"full check suite       {t_check:.1f} s  ({figures['events_per_s']:,} events/s, "
+          f"{figures['steps_per_s']:,} steps/s)")
     print(f"  / Spark scan only    {figures['check_over_scan']}x  (scan {t_scan:.1f} s)")
     print(f"  / pandas dup + lost  {figures['check_over_pandas']}x  (pandas {t_pandas:.1f} s)")
     print(f"convert to Parquet     {t_conv:.1f} s (once per history)")
@@ -191,9 +179,40 @@ def main(argv=None) -> int:
           f"{figures['peak_rss_convert_mb']} MB converting")
     print(f"verdict                {'VALID' if verdict.valid else 'INVALID'} {verdict.counts}; "
           f"pandas found {found}")
-    print(json.dumps(figures))
+    print(json.dumps(figures), flush=True)
+    return figures
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", nargs="+", default=["1m", "10m"],
+                    help="history sizes, run in this order: 1m, 10m, or numbers of events")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", help="directory to keep the JSONL and Parquet in (a "
+                                   "subdirectory per size)")
+    ap.add_argument("--master", help="Spark master (default: the checkers' own, local[2])")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: reuse the JSONL and Parquet already there (so a big "
+                         "history's generation and conversion can run as separate steps)")
+    args = ap.parse_args(argv)
+    try:
+        targets = [SIZES.get(e.lower()) or int(float(e)) for e in args.events]
+    except ValueError:
+        ap.error("--events takes sizes such as 1m, 10m or 250000")
+
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
+    from checkers import check
+    from checkers.spark import session
+    spark, _ = timed("start Spark", session, args.master)
+    # One small check on Spark first, so no timed run pays for JIT and worker start.
+    small = root / "warmup.jsonl"
+    root.mkdir(parents=True, exist_ok=True)
+    synthesize_file(small, 0, Shape(ops=200))
+    timed("warm-up check (Spark, ~400 events)", check, small, spark, 3, None, False)
+    for target in targets:
+        bench_one(target, args.seed, root / f"{target}", spark, args.reuse)
     if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
