@@ -114,13 +114,17 @@ OUT_ARROW = _arrow_schema(OUT_SCHEMA)
 def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     """Every family on every (topic, partition) of `steps` (conformed OUT_SCHEMA rows)."""
     run = _run(families)
-    # Contiguous slices after one sort, instead of pandas' groupby over mixed keys.
+    # Contiguous slices, instead of pandas' groupby over mixed keys. The converter
+    # writes each partition's steps together, so usually no sort (a copy of every
+    # column) is needed.
     topic = pd.factorize(steps["topic"], use_na_sentinel=False)[0]
     part = steps["partition"].to_numpy(dtype=float, na_value=-1.0)
-    order = np.lexsort((part, topic))
-    steps = steps.take(order)
-    key = np.stack([topic[order], part[order]], axis=1)
+    key = np.stack([topic, part], axis=1)
     cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else []
+    if len({tuple(k) for k in key[cut]}) != len(cut):  # some partition in two places
+        order = np.lexsort((part, topic))
+        steps, key = steps.take(order), key[order]
+        cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)])
     ends = np.r_[cut[1:], len(steps)] if len(key) else []
     frames = [f for f in (run(steps.iloc[a:b]) for a, b in zip(cut, ends)) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))

@@ -66,7 +66,7 @@ def typed(pdf: pd.DataFrame) -> pd.DataFrame:
         elif isinstance(fld.dataType, BooleanType) and not isinstance(col.dtype, pd.BooleanDtype):
             col = col.astype("boolean")
         out[fld.name] = col
-    return pd.DataFrame(out, index=pdf.index)
+    return pd.DataFrame(out, index=pdf.index, copy=False)
 
 
 class PartitionLog:
@@ -85,11 +85,13 @@ class PartitionLog:
             if len(kind) < 64 else pd.Series(kind).map(codes).fillna(9).to_numpy(dtype=np.int64)
         order = np.lexsort((pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
                             pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode))
-        pdf = pdf.take(order)
         bounds = np.searchsorted(kcode[order], np.arange(6))
 
         def part(i):
-            return pdf.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True)
+            # One copy of each kind's rows; a fresh index costs no second copy.
+            rows = pdf.take(order[bounds[i]:bounds[i + 1]])
+            rows.index = pd.RangeIndex(len(rows))
+            return rows
         self.writes, self.reads, self.positions, self.watermarks, self.offsets = (
             part(i) for i in range(5))
         self._memo: dict = {}
