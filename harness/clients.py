@@ -20,6 +20,8 @@ from .outcomes import commit_outcome, describe, error_of, send_outcome
 
 QUIET = {"log_level": 0, "log.connection.close": False}
 OP_TIMEOUT = 20.0
+# commit_transaction calls per transaction before the client gives up on it (see op_commit).
+COMMIT_ATTEMPTS = 3
 
 
 @dataclass
@@ -182,24 +184,37 @@ class TxnProducer(Client):
             self._on_error(err)
 
     def op_commit(self, op) -> bool:
-        """Returns whether the transaction certainly committed."""
+        """Returns whether the transaction certainly committed.
+
+        A retriable error (a timeout, most often) leaves the commit in progress inside
+        librdkafka, which refuses a new transaction until commit_transaction is called
+        again: a correct application retries, and so do we, each attempt recorded as its
+        own commit_txn op of the same transaction. If the commit is still undecided after
+        that, the producer is replaced; the new one's init_transactions finishes or aborts
+        what the old one left, so the outcome stays unknown (info) and the client goes on."""
         if self.txn is None:
             return False
         if self.must_abort:
             self.op_abort(op)
             return False
-        h = self.w.invoke(self.cid, "commit_txn", {}, txn=self.txn)
-        try:
-            self.producer.commit_transaction(OP_TIMEOUT)
-            self.w.ok(h)
-            self.txn = None
-            return True
-        except KafkaException as exc:
-            err = error_of(exc)
-            self.w.complete(h, commit_outcome(err) if err else "info", {}, describe(err or exc))
-            if err is not None and err.txn_requires_abort():
-                self._abort_quietly()
-            self._on_error(err if err is not None and err.fatal() else None)
+        for _ in range(COMMIT_ATTEMPTS):
+            h = self.w.invoke(self.cid, "commit_txn", {}, txn=self.txn)
+            try:
+                self.producer.commit_transaction(OP_TIMEOUT)
+                self.w.ok(h)
+                self.txn = None
+                return True
+            except KafkaException as exc:
+                err = error_of(exc)
+                self.w.complete(h, commit_outcome(err) if err else "info", {}, describe(err or exc))
+                if err is None or err.fatal() or err.txn_requires_abort() or not err.retriable():
+                    break
+        if err is not None and err.txn_requires_abort():
+            self._abort_quietly()
+        elif err is not None and err.fatal():
+            self._on_error(err)
+        else:
+            self.producer = None
         self.txn = None
         return False
 

@@ -1,0 +1,46 @@
+"""The clients behave as a correct application would when Kafka answers late, on the real
+cluster: what they record must stay sound, and they must keep working afterwards."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from harness import clients
+from harness.history import HistoryWriter, read_events
+from harness.runner import _create_topics
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, tmp_path, monkeypatch):
+    # Short client timeouts so that the cut outlasts the first commit attempt but not the
+    # transaction's own timeout (20 s), after which the coordinator would abort it.
+    monkeypatch.setattr(clients, "OP_TIMEOUT", 4.0)
+    plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
+            "producer": {"reconnect.backoff.max.ms": 300},
+            "clients": {"t0": {"role": "txn_producer"}}}
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        ctx = clients.RunContext(writer, cluster.bootstrap, "retry", {"t": 1})
+        _create_topics(cluster, ctx, plan)
+        producer = clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
+        producer.op_begin({})
+        producer.op_send({"n": 1})
+        cluster.cut_clients()
+        healer = threading.Timer(5.0, cluster.heal)
+        healer.start()
+        try:
+            committed = producer.op_commit({})
+        finally:
+            healer.join()
+        producer.op_begin({})
+        producer.op_send({"n": 1})
+        assert producer.op_commit({})
+    events = read_events(tmp_path / "history.jsonl")
+    commits = [(e["txn"], e["type"]) for e in events if e["f"] == "commit_txn" and e["type"] != "invoke"]
+    first = [t for txn, t in commits if txn == "t0/1"]
+    assert first[0] == "info", commits  # the cut made the first attempt time out
+    assert committed and first[-1] == "ok", commits  # a retry of the same transaction landed
+    assert ("t0/2", "ok") in commits
+    begins = [e["type"] for e in events if e["f"] == "begin_txn" and e["type"] != "invoke"]
+    assert begins == ["ok", "ok"]
