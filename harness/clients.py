@@ -20,6 +20,8 @@ from .outcomes import commit_outcome, describe, error_of, send_outcome
 
 QUIET = {"log_level": 0, "log.connection.close": False}
 OP_TIMEOUT = 20.0
+# How long past its own timeout a librdkafka call may block before we stop waiting for it.
+HANG_GRACE = 10.0
 # commit_transaction calls per transaction before the client gives up on it (see op_commit).
 COMMIT_ATTEMPTS = 3
 
@@ -59,6 +61,40 @@ class Client:
 
     def close(self) -> None:
         pass
+
+
+class Hung(Exception):
+    """A client library call that did not return long after its own timeout."""
+
+
+def bounded(call, *args, timeout: float | None = None):
+    """call(*args, timeout), given up on HANG_GRACE seconds after its timeout.
+
+    librdkafka's transactional calls can block well past the timeout they are given
+    (send_offsets_to_transaction after the group coordinator restarts: librdkafka issues
+    5456 and 5511, open at 2.14). A harness must not hang with them, so the call runs in
+    a daemon thread; if it does not return in time it raises Hung, and that thread stays
+    blocked with the producer it holds, which the caller abandons: the next producer
+    with the same transactional id fences it."""
+    timeout = OP_TIMEOUT if timeout is None else timeout
+    box: dict = {}
+    done = threading.Event()
+
+    def target():
+        try:
+            box["value"] = call(*args, timeout)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True, name="onceproof-bounded").start()
+    if not done.wait(timeout + HANG_GRACE):
+        raise Hung(f"{getattr(call, '__name__', 'call')} did not return {timeout + HANG_GRACE:.0f} s "
+                   f"after it was called with a {timeout:.0f} s timeout")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _producer_config(ctx: RunContext, plan: dict, spec: dict, extra: dict | None = None) -> dict:
@@ -148,8 +184,8 @@ class TxnProducer(Client):
         producer = Producer(_producer_config(self.ctx, self.plan, self.spec, {
             "transactional.id": self.tid, "transaction.timeout.ms": 20000}))
         try:
-            producer.init_transactions(OP_TIMEOUT)
-        except KafkaException:
+            bounded(producer.init_transactions)
+        except (KafkaException, Hung):
             return False
         self.producer = producer
         return True
@@ -197,13 +233,17 @@ class TxnProducer(Client):
         if self.must_abort:
             self.op_abort(op)
             return False
+        err = None
         for _ in range(COMMIT_ATTEMPTS):
             h = self.w.invoke(self.cid, "commit_txn", {}, txn=self.txn)
             try:
-                self.producer.commit_transaction(OP_TIMEOUT)
+                bounded(self.producer.commit_transaction)
                 self.w.ok(h)
                 self.txn = None
                 return True
+            except Hung as exc:
+                self.w.info(h, describe(exc))
+                break
             except KafkaException as exc:
                 err = error_of(exc)
                 self.w.complete(h, commit_outcome(err) if err else "info", {}, describe(err or exc))
@@ -223,9 +263,9 @@ class TxnProducer(Client):
             return
         h = self.w.invoke(self.cid, "abort_txn", {}, txn=self.txn)
         try:
-            self.producer.abort_transaction(OP_TIMEOUT)
+            bounded(self.producer.abort_transaction)
             self.w.ok(h)
-        except KafkaException as exc:
+        except (KafkaException, Hung) as exc:
             # An abort never commits; a new producer with this id finishes the job.
             self.w.info(h, describe(error_of(exc) or exc))
             self.producer = None
@@ -233,8 +273,8 @@ class TxnProducer(Client):
 
     def _abort_quietly(self) -> None:
         try:
-            self.producer.abort_transaction(OP_TIMEOUT)
-        except KafkaException:
+            bounded(self.producer.abort_transaction)
+        except (KafkaException, Hung):
             self.producer = None
 
     def close(self):
@@ -434,9 +474,15 @@ class Pipeline(TxnProducer):
         value = {"group": self.reader.group, "offsets": offsets}
         h = self.w.invoke(self.cid, "send_offsets", value, txn=txn)
         try:
-            self.producer.send_offsets_to_transaction(
-                positions, self.reader.consumer.consumer_group_metadata(), OP_TIMEOUT)
+            bounded(self.producer.send_offsets_to_transaction, positions,
+                    self.reader.consumer.consumer_group_metadata())
             self.w.ok(h, value)
+        except Hung as exc:
+            self.w.info(h, describe(exc))
+            # The hung call holds the producer; its open transaction gets no commit, and
+            # the next producer with this id aborts it.
+            self.producer, self.txn = None, None
+            return
         except KafkaException as exc:
             err = error_of(exc)
             self.w.info(h, describe(err or exc))

@@ -16,9 +16,9 @@ runs on a reused cluster do not see each other.
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +33,10 @@ from workloads.plan import PlanError, validate
 
 SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0
+# A safety net far above what a round takes when every client call keeps to its bounds
+# (clients.bounded): a client whose op has not returned by then is left behind, so no
+# unknown hang of a client library can stop a run.
+ROUND_TIMEOUT = 600.0
 
 
 def run(plan: dict, cluster: Cluster, out_dir: str | Path,
@@ -52,22 +56,21 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
         clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
                    for cid, spec in plan["clients"].items()}
         applied = 0
+        hung: set[str] = set()
         try:
-            with ThreadPoolExecutor(max(1, len(clients))) as pool:
-                for i, step in enumerate(plan["steps"]):
-                    if on_step:
-                        on_step(i, step)
-                    if "ops" in step:
-                        futures = [pool.submit(clients[cid].run, op) for cid, op in step["ops"].items()]
-                        for f in futures:
-                            f.result()
-                    else:
-                        apply_fault(cluster, ctx, step["fault"])
-                        applied += 1
+            for i, step in enumerate(plan["steps"]):
+                if on_step:
+                    on_step(i, step)
+                if "ops" in step:
+                    _round(clients, step["ops"], hung, writer)
+                else:
+                    apply_fault(cluster, ctx, step["fault"])
+                    applied += 1
             if on_step:
                 on_step(len(plan["steps"]), {"settle": True})
-            for client in clients.values():
-                client.close()
+            for cid, client in clients.items():
+                if cid not in hung:
+                    client.close()
             _settle(cluster, ctx)
             _final_reads(cluster, ctx, plan)
         finally:
@@ -76,6 +79,39 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()
     return {"history": str(out / "history.jsonl"), "suffix": suffix, "faults": applied}
+
+
+def _round(clients: dict, ops: dict, hung: set[str], writer: HistoryWriter) -> None:
+    """Every named client runs its op, concurrently, each in a daemon thread (a thread
+    blocked forever in a client library must not keep the process from exiting).
+
+    A client still busy after ROUND_TIMEOUT is left behind and runs no further op: its
+    op stays invoked without a completion, which the history reads as unknown (info),
+    and a `client_hung` event of the nemesis says so."""
+    errors: dict[str, BaseException] = {}
+
+    def work(cid, op):
+        try:
+            clients[cid].run(op)
+        except BaseException as exc:  # re-raised in the runner's thread below
+            errors[cid] = exc
+
+    threads = {cid: threading.Thread(target=work, args=(cid, op), daemon=True,
+                                     name=f"onceproof-client-{cid}")
+               for cid, op in ops.items() if cid not in hung}
+    for t in threads.values():
+        t.start()
+    deadline = time.monotonic() + ROUND_TIMEOUT
+    for cid, t in threads.items():
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            hung.add(cid)
+            writer.fault("client_hung", {"process": cid, "op": ops[cid]}, type="info",
+                         error=f"client {cid} did not finish its op in {ROUND_TIMEOUT:.0f} s; "
+                               f"it runs no further op")
+    for cid in threads:
+        if cid in errors:
+            raise errors[cid]
 
 
 def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:

@@ -29,6 +29,16 @@ import portpicker
 HOST = "127.0.0.1"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes them (URL-safe base64 of 16 bytes). Like
+    Kafka's own Uuid.randomUuid(), never one that starts with "-": the storage tool's
+    argument parser would take it for an option (1 start in 64 failed to format)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 @dataclass(frozen=True)
 class Link:
     """A directed link that a proxy carries: src is a node id, or 0 for the clients."""
@@ -56,8 +66,7 @@ class Topology:
     ports: dict[int, NodePorts]
     links: list[Link]
     toxiproxy_api: int
-    cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(
-        uuid.uuid4().bytes).decode().rstrip("="))
+    cluster_id: str = field(default_factory=lambda: new_cluster_id())
 
     @classmethod
     def allocate(cls, n: int) -> "Topology":

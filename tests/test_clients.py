@@ -44,3 +44,33 @@ def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, t
     assert ("t0/2", "ok") in commits
     begins = [e["type"] for e in events if e["f"] == "begin_txn" and e["type"] != "invoke"]
     assert begins == ["ok", "ok"]
+
+
+def test_bounded_gives_up_on_a_call_that_outlives_its_timeout(monkeypatch):
+    monkeypatch.setattr(clients, "HANG_GRACE", 0.2)
+    release = threading.Event()
+    with pytest.raises(clients.Hung, match="did not return"):
+        clients.bounded(lambda timeout: release.wait(60), timeout=0.1)
+    release.set()
+    assert clients.bounded(lambda x, timeout: (x, timeout), 7, timeout=1.0) == (7, 1.0)
+    with pytest.raises(KeyError):  # the call's own errors reach the caller
+        clients.bounded(lambda timeout: {}["missing"], timeout=1.0)
+
+
+def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
+        cluster, tmp_path, monkeypatch):
+    from harness import runner
+    monkeypatch.setattr(runner, "ROUND_TIMEOUT", 3.0)
+    plan = {"topics": {"t": {"partitions": 1}},
+            "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"}},
+            "steps": [{"ops": {"p0": {"f": "send"}, "c0": {"f": "poll", "n": 50, "timeout": 30}}},
+                      {"ops": {"p0": {"f": "send"}, "c0": {"f": "poll"}}}]}
+    runner.run(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    hung = [e for e in events if e["f"] == "client_hung" and e["type"] != "invoke"]
+    assert hung and hung[0]["type"] == "info" and hung[0]["value"]["process"] == "c0"
+    polls = [e for e in events if e["process"] == "c0" and e["f"] == "poll" and e["type"] == "invoke"]
+    assert len(polls) == 1  # the second round ran without c0
+    sends = [e for e in events if e["process"] == "p0" and e["f"] == "send" and e["type"] == "ok"]
+    assert len(sends) == 2
+    assert any(e["f"] == "watermarks" and e["type"] == "ok" for e in events)  # the run ended

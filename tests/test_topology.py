@@ -61,3 +61,11 @@ def test_missing_java_is_one_clear_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().startswith("onceproof: java not found on PATH: install a JDK 17")
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_cluster_ids_never_start_with_a_dash():
+    # kafka-storage's parser reads "-t -abc..." as a missing argument and the format fails.
+    from harness.topology import new_cluster_id
+    ids = [new_cluster_id() for _ in range(3000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(i) == 22 for i in ids)
