@@ -37,7 +37,9 @@ class HuntResult:
 
 def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
-         seed: int | None = None) -> HuntResult:
+         seed: int | None = None, deadline: float | None = None) -> HuntResult:
+    """Search, shrink and replay one suite. No plan starts after `deadline` (a monotonic
+    time); a suite stopped before its first plan reports 0 examples and no verdict."""
     store = Counterexamples(Path(artifacts) / "counterexamples")
     scratch = Path(artifacts) / "trials" / suite.name
     started = time.monotonic()
@@ -54,6 +56,8 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
     @given(suite.strategy(cluster.n))
     def attempt(plan):
         if state["first"] is not None and time.monotonic() - started - state["first"] > budget:
+            return
+        if deadline is not None and time.monotonic() > deadline:
             return
         state["n"] += 1
         trial = run_trial(plan, cluster, scratch / f"{state['n']:04d}", spark)
@@ -75,11 +79,12 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
     folder = store.folder(suite.name)
     found = (folder / "plan.json").exists()
     reproduced = "-"
-    if found and replays:
+    if found and replays and not (deadline is not None and time.monotonic() > deadline):
         hits = sum(caught(run_trial(load(folder / "plan.json"), cluster,
                                     scratch / f"replay-{i}", spark)) for i in range(replays))
         reproduced = f"{hits}/{replays}"
-    caught_it = (not found) if suite.known_good else found
+    # A suite that ran no plan has shown nothing either way.
+    caught_it = state["n"] > 0 and ((not found) if suite.known_good else found)
     return HuntResult(
         suite=suite.name, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
         caught=caught_it, examples=state["n"], seconds_to_first=state["first"],

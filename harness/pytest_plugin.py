@@ -36,6 +36,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds of cluster runs one property may spend after its first failure")
     group.addoption("--artifacts", default=os.environ.get("ONCEPROOF_ARTIFACTS", "artifacts"),
                     help="where failing examples leave plans, histories, verdicts and logs")
+    group.addoption("--time-limit", type=float,
+                    default=float(os.environ.get("ONCEPROOF_TIME_LIMIT", 0)) or None,
+                    help="seconds from the session's start after which properties and suites "
+                         "run no further cluster examples (a nightly's hard bound)")
+
+
+_DEADLINE = pytest.StashKey[float | None]()
+# Properties and suites the time limit cut short: name -> examples run before it.
+_CUT: dict[str, int] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    limit = config.getoption("--time-limit", None)
+    config.stash[_DEADLINE] = time.monotonic() + limit if limit else None
+
+
+@pytest.fixture(scope="session")
+def deadline(pytestconfig: pytest.Config) -> float | None:
+    """The monotonic time after which no further cluster example starts (None: no limit)."""
+    return pytestconfig.stash[_DEADLINE]
+
+
+def out_of_time(deadline: float | None, name: str, examples_run: int) -> bool:
+    """Whether the session's time limit stops `name` from running another example. A
+    test stopped before its first example is skipped, so it never passes for one that
+    checked nothing; one stopped later is named in the session summary."""
+    if deadline is None or time.monotonic() < deadline:
+        return False
+    if not examples_run:
+        pytest.skip(f"the session's --time-limit was spent before {name} ran an example")
+    _CUT[name] = examples_run
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -75,11 +107,14 @@ class Trials:
 
     Once the property has failed, each further run (Hypothesis shrinking) costs a cluster
     run; after the shrink budget, plans are not run any more and count as passing, so
-    Hypothesis stops, and the smallest failure seen is what the artifacts hold."""
+    Hypothesis stops, and the smallest failure seen is what the artifacts hold. The
+    session's --time-limit stops further runs the same way."""
 
-    def __init__(self, name, cluster, spark, artifacts: Path, budget: float):
+    def __init__(self, name, cluster, spark, artifacts: Path, budget: float,
+                 deadline: float | None = None):
         from harness.trial import Counterexamples
         self.name, self.cluster, self.spark, self.budget = name, cluster, spark, budget
+        self.deadline = deadline
         self.scratch = artifacts / "trials" / name
         self.store = Counterexamples(artifacts / "counterexamples")
         self.failed_at: float | None = None
@@ -89,6 +124,8 @@ class Trials:
         """Run plan; return the Trial, or None when the shrink budget is spent."""
         from harness.trial import run_trial
         if self.failed_at is not None and time.monotonic() - self.failed_at > self.budget:
+            return None
+        if out_of_time(self.deadline, self.name, self.count):
             return None
         if self.cluster.faults or self.cluster.down_nodes:
             self.cluster.heal_all()
@@ -106,9 +143,10 @@ class Trials:
 
 
 @pytest.fixture
-def trials(request, session_cluster, onceproof_spark, artifacts_dir, pytestconfig) -> Trials:
+def trials(request, session_cluster, onceproof_spark, artifacts_dir, pytestconfig,
+           deadline) -> Trials:
     return Trials(request.node.name, session_cluster, onceproof_spark, artifacts_dir,
-                  pytestconfig.getoption("--shrink-budget"))
+                  pytestconfig.getoption("--shrink-budget"), deadline)
 
 
 _SUITE_ROWS: list = []
@@ -120,9 +158,13 @@ def suite_rows() -> list:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    tr = terminalreporter
+    if _CUT:
+        tr.section("onceproof time limit")
+        for name, n in sorted(_CUT.items()):
+            tr.write_line(f"{name}: stopped by --time-limit after {n} cluster examples")
     if not _SUITE_ROWS:
         return
-    tr = terminalreporter
     tr.section("onceproof suites")
     head = f"{'suite':28} {'expected anomaly':22} {'caught':7} {'examples':>8} {'first failure':>14} {'shrunk size':>11} {'reproduced':>10}"
     tr.write_line(head)
