@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -236,13 +237,16 @@ class Cluster:
     def pause(self, node: int) -> None:
         pid = self._pid(node)
         if procs.alive(pid):
-            procs.signal_pid(pid, 19)  # SIGSTOP
+            procs.signal_pid(pid, signal.SIGSTOP)
+            # Signals arrive asynchronously: the fault is in force once every thread stopped.
+            _until(lambda: procs.paused(pid) or not procs.alive(pid), 10)
             self._note({"fault": "pause", "node": node})
 
     def resume(self, node: int) -> None:
         pid = self._pid(node)
         if procs.alive(pid):
-            procs.signal_pid(pid, 18)  # SIGCONT
+            procs.signal_pid(pid, signal.SIGCONT)
+            _until(lambda: not procs.paused(pid), 10)
         self._forget(lambda f: f["fault"] == "pause" and f["node"] == node)
 
     def stop(self, node: int) -> None:
@@ -406,6 +410,15 @@ class Cluster:
         tmp = self.root / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.root / "state.json")
+
+
+def _until(done, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def load_state(root: str | Path) -> dict | None:
