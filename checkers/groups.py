@@ -53,10 +53,23 @@ def _sought_below(seeks: pd.DataFrame, procs: np.ndarray, after: np.ndarray,
 
 def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[dict]:
     """offset_regression: a successful commit of a group's offset for a partition is
-    lower than one that completed before it was invoked (in effect windows), and the
-    committing process did not seek that partition below the earlier offset in
-    between. Committed offsets only move back when the application asks for a rewind."""
-    c = commits[commits["outcome"] == COMMITTED].sort_values("eff_cmp").reset_index(drop=True)
+    lower than one the same process made that completed before it was invoked (in
+    effect windows), and that process did not seek the partition below the earlier
+    offset in between. Committed offsets only move back when the application asks for a
+    rewind. Commits by different processes are not compared: any member of a group may
+    commit its offsets, in any order (manual assignment), so a lower commit by another
+    process is the application's doing; fetches still must see the latest commit
+    (stale_offset_fetch)."""
+    c = commits[commits["outcome"] == COMMITTED]
+    out: list[dict] = []
+    for _, cp in c.groupby("process", sort=True):
+        out += _regressions_of(cp.sort_values("eff_cmp").reset_index(drop=True), seeks,
+                               group)
+    return out
+
+
+def _regressions_of(c: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[dict]:
+    """offset_regression among the successful commits of one process, sorted by eff_cmp."""
     out: list[dict] = []
     if len(c) < 2:
         return out
@@ -79,8 +92,8 @@ def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[
             "offset_regression", row,
             f"group {group} committed offset {num(row['offset'])} ({row['f']} op "
             f"{num(row['op'])}) after offset {num(prev_row['offset'])} was committed "
-            f"({prev_row['f']} op {num(prev_row['op'])}), with no seek below it between",
-            row["offset"]))
+            f"({prev_row['f']} op {num(prev_row['op'])}) by the same process, with no "
+            f"seek below it between", row["offset"]))
     return out
 
 
@@ -90,11 +103,12 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     completed before the fetch was invoked and was not followed by another such commit
     invoked after it completed; or of any commit that may have taken effect while the
     fetch was in flight (or of uncertain outcome, invoked before the fetch completed).
-    Before any commit completed, it may also return none."""
+    Before any successful commit completed, it may return none, or only such a racing
+    or uncertain commit."""
     out: list[dict] = []
-    sure = commits[(commits["outcome"] == COMMITTED).to_numpy(dtype=bool)].sort_values("eff_cmp")
-    if sure.empty or fetches.empty:
+    if fetches.empty:
         return out
+    sure = commits[(commits["outcome"] == COMMITTED).to_numpy(dtype=bool)].sort_values("eff_cmp")
     maybe = commits[commits["outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)]
     s_inv = sure["eff_inv"].to_numpy(dtype=np.int64)
     s_cmp = sure["eff_cmp"].to_numpy(dtype=np.int64)
@@ -108,17 +122,38 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     f_cmp = fetches["complete_index"].to_numpy(dtype=np.int64)
     f_off = fetches["offset"].to_numpy(dtype=float, na_value=np.nan)
     done = np.searchsorted(s_cmp, f_inv, side="left")    # sure[:done] completed before
-    # Most fetches return the latest commit: only the others need the full rule.
-    latest_off = np.where(done > 0, s_off[np.maximum(done - 1, 0)], -1)
-    for i in np.flatnonzero((done > 0) & (latest_off != f_off)):
+    # Most fetches return the latest commit (or none before the first): only the
+    # others need the full rule.
+    latest_off = (np.where(done > 0, s_off[np.maximum(done - 1, 0)], np.nan) if len(s_off)
+                  else np.full(len(f_inv), np.nan))
+    same = (latest_off == f_off) | (np.isnan(latest_off) & np.isnan(f_off))
+
+    def racing_offsets(i: int) -> set[int]:
+        """Offsets of commits that may have taken effect while fetch i was in flight, or
+        of uncertain outcome and invoked before it completed."""
+        racing = (m_inv < f_cmp[i]) & (~m_sure | ~(m_cmp < f_inv[i]))
+        return {int(x) for x in m_off[racing] if not np.isnan(x)}
+
+    for i in np.flatnonzero(~same):
         k = done[i]
+        got = None if np.isnan(f_off[i]) else int(f_off[i])
+        if k == 0:
+            others = racing_offsets(i)
+            # Nothing completed before the fetch began: none, or a racing commit.
+            if got in others:
+                continue
+            f = fetches.iloc[i]
+            out.append(_record(
+                "stale_offset_fetch", f,
+                f"group {group} fetch returned offset {got}, but no commit had completed "
+                f"before the fetch began (allowed: none"
+                f"{f', or {sorted(others)}' if others else ''})", f["offset"]))
+            continue
         # Not superseded: completed after the last of them was invoked (a suffix).
         j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
-        got = None if np.isnan(f_off[i]) else int(f_off[i])
         if got is not None and (s_off[j:k] == got).any():
             continue
-        racing = (m_inv < f_cmp[i]) & (~m_sure | ~(m_cmp < f_inv[i]))
-        allowed = set(s_off[j:k].tolist()) | {int(x) for x in m_off[racing] if not np.isnan(x)}
+        allowed = set(s_off[j:k].tolist()) | racing_offsets(i)
         if got in allowed:
             continue
         f = fetches.iloc[i]

@@ -194,12 +194,12 @@ class PartitionLog:
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
         st = self.steps
-        r = st[st["kind"] == READ]
+        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
+        r = st[((st["kind"] == READ) & st["offset"].notna()).to_numpy(dtype=bool)]
         if r.empty:
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64)})
-        r = r[r["offset"].notna().to_numpy(dtype=bool)]
         # Reads are in run order, so each run is a contiguous slice.
         run = r["run"].to_numpy()
         first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])

@@ -125,11 +125,38 @@ def test_rewind_to_the_first_visible_record(tmp_path):
 def test_offset_regression(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.commit_offsets("c0", "g", [(0, 5)])
-    back = h.commit_offsets("c1", "g", [(0, 3)])
+    back = h.commit_offsets("c0", "g", [(0, 3)])
     v = verdict(h)
     assert found(v) == {"offset_regression"}
-    ex = example(v, "offset_regression", process="c1", op=back, partition=0, offset=3)
+    ex = example(v, "offset_regression", process="c0", op=back, partition=0, offset=3)
     assert "group g" in ex["detail"] and "offset 5" in ex["detail"]
+
+
+def test_offset_regression_is_judged_per_process(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    first = h.commit_offsets("c0", "g", [(0, 5)])
+    h.commit_offsets("c1", "g", [(0, 1)])          # another member: not a regression
+    h.seek("c1", [(0, 0)])                         # another process's seek excuses nothing
+    back = h.commit_offsets("c0", "g", [(0, 3)])
+    v = verdict(h)
+    assert found(v) == {"offset_regression"}
+    assert v.counts["offset_regression"] == 1
+    ex = example(v, "offset_regression", process="c0", op=back, partition=0, offset=3,
+                 txn=None)
+    assert f"after offset 5 was committed (commit_offsets op {first})" in ex["detail"]
+
+
+def test_lower_commits_by_other_members_of_a_group_are_not_regressions(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.commit_offsets("c0", "g", [(0, 3)])
+    h.commit_offsets("c1", "g", [(0, 1)])          # manual assign: any member may commit
+    h.begin("pp", "T1")
+    h.send_offsets("pp", "T1", "g", [(0, 0)])
+    h.commit("pp", "T1")
+    h.commit_offsets("c1", "g", [(0, 2)])
+    h.fetch_offsets("c2", "g", [(0, 2)])           # the latest commit, whoever made it
+    v = verdict(h)
+    assert v.valid and found(v) == set()
 
 
 def test_offset_regression_in_transactions(tmp_path):
@@ -191,6 +218,40 @@ def test_fetches_may_see_racing_commits(tmp_path):
         {"topic": "t", "partition": 0, "offset": 5}]})
     h.commit_offsets("c0", "g", [(0, 7)], type="info")
     h.fetch_offsets("c1", "g", [(0, 7)])           # the uncertain commit happened
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def test_fetch_before_any_commit_completed_may_only_return_nothing(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    stale = h.fetch_offsets("c0", "g", [(0, 42)])
+    h.commit_offsets("c0", "g", [(0, 1)])
+    h.fetch_offsets("c1", "h", [(0, 7)])           # a group nobody ever committed to
+    v = verdict(h)
+    assert found(v) == {"stale_offset_fetch"}
+    assert v.counts["stale_offset_fetch"] == 2
+    ex = example(v, "stale_offset_fetch", process="c0", op=stale, topic="t", partition=0,
+                 offset=42, txn=None)
+    assert "no commit had completed before the fetch began" in ex["detail"]
+
+
+def test_fetch_before_the_first_commit_may_see_racing_or_uncertain_commits(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.fetch_offsets("c1", "g", [(0, None)])
+    racing = h.invoke("c0", "commit_offsets", {"group": "g", "offsets": [
+        {"topic": "t", "partition": 0, "offset": 5}]})
+    h.fetch_offsets("c1", "g", [(0, 5)])           # the first commit is in flight
+    h.fetch_offsets("c2", "g", [(0, None)])        # or not applied yet
+    h.complete(racing, "ok", {"group": "g", "offsets": [
+        {"topic": "t", "partition": 0, "offset": 5}]})
+    h.commit_offsets("c0", "h", [(0, 7)], type="info")
+    h.fetch_offsets("c1", "h", [(0, 7)])           # the uncertain commit happened
+    h.fetch_offsets("c2", "h", [(0, None)])        # or did not
+    h.begin("pp", "T1")
+    h.send_offsets("pp", "T1", "k", [(0, 4)])
+    commit = h.invoke("pp", "commit_txn", {}, txn="T1")
+    h.fetch_offsets("c1", "k", [(0, 4)])           # the transaction is committing
+    h.complete(commit, "ok", {})
     v = verdict(h)
     assert v.valid and found(v) == set()
 

@@ -82,6 +82,29 @@ def test_no_lost_write_for_a_write_landing_after_the_reader_stopped(tmp_path):
     assert v.valid and found(v) == set()
 
 
+def test_reads_of_unknown_offsets_still_let_the_partition_be_judged(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T")
+    h.send("p1", [(0, 2, 1)], txn="T")
+    h.poll("c0", [(0, None, 1)])                   # the only read: offset unknown
+    wm = h.watermarks("final", [(0, 0, 2, 1)])
+    v = verdict(h)
+    assert found(v) == {"hanging_txn"}
+    example(v, "hanging_txn", op=wm, topic="t", partition=0, offset=1)
+
+
+def test_a_read_of_an_unknown_offset_is_no_anomaly(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.poll("c0", [(0, None, 1)])
+    h.send("p0", [(1, 2, 0), (1, 3, 1)])
+    h.seek("c1", [(1, 0)])
+    h.poll("c1", [(1, 0, 2), (1, None, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
 def test_unseen_past_the_final_high_watermark(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.send("p0", [(0, 1, 0)])
