@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from harness.history import NEMESIS, HistoryError
 
 from .parse import events_table, scalar_frame
-from .tables import (ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, TABLES,
-                     UNKNOWN)
+from .tables import (ABORTED, COMMITTED, FAILED, READ_COMMITTED, READ_UNCOMMITTED, SCHEMAS,
+                     TABLES, UNKNOWN)
 
 MANIFEST = "manifest.json"
 FORMAT = 2
@@ -144,7 +144,14 @@ def _txns(ops: pd.DataFrame) -> pd.DataFrame:
 
     Any commit_txn ok commits it; otherwise a commit_txn that ended in info (or never
     ended) leaves it unknown, even if an abort followed, since the commit request may
-    already have been applied; otherwise it aborted.
+    already have been applied; otherwise it aborted. (_prove then commits the unknown
+    ones a read_committed poll saw.)
+
+    A commit may be retried (commit_txn again, same txn, after a retriable error or
+    timeout), and the first attempt may already have committed: commit_invoke_index is
+    the earliest commit_txn's invoke (from when it may have committed),
+    commit_complete_index the ok commit's completion (by when it surely had), else the
+    last commit_txn's.
     """
     t = ops[ops["txn"].notna() & (ops["process"] != NEMESIS)]
     if t.empty:
@@ -171,10 +178,66 @@ def _txns(ops: pd.DataFrame) -> pd.DataFrame:
                      np.where(out.index.isin(last_commit.index), "commit_txn", "none"))
     out["ended_by"] = ended
     chosen = ok.reindex(out.index).combine_first(last_commit.reindex(out.index))
+    first_commit = commits.groupby("txn")["invoke_index"].min()
     out["commit_op"] = chosen["op"]
-    out["commit_invoke_index"] = chosen["invoke_index"]
+    out["commit_invoke_index"] = first_commit.reindex(out.index)
     out["commit_complete_index"] = chosen["complete_index"]
     return out.rename_axis("txn").reset_index()
+
+
+def _prove(txns: pd.DataFrame, polls: "PollSpool", ops_t: pa.Table, ops_index: pd.Index,
+           written: "_WriteIndex") -> pd.DataFrame:
+    """txns with each unknown transaction that a read_committed poll saw made committed.
+
+    A read_committed reader sees a transaction's records only after its commit marker,
+    so a read_committed poll returning a record of a transaction of unknown outcome (its
+    value, in the partition a send that did not fail wrote it to) proves it committed.
+    Its commit_complete_index becomes the completion of the first such poll, by when it
+    surely had committed. Aborted transactions stay aborted (a read of one is an
+    aborted_read)."""
+    unknown = (txns["outcome"] == UNKNOWN).to_numpy(dtype=bool)
+    w = written.writes
+    if not unknown.any() or not polls.files or not w.num_rows:
+        return txns
+    candidates = pd.Index(txns.loc[unknown, "txn"].to_numpy(dtype=object))
+    w_txn = _strings(w.column("txn"))
+    w_cand = ((_positions_in(candidates, w_txn) >= 0)
+              & pc.fill_null(pc.not_equal(w.column("type"), "fail"), True).to_numpy(
+                  zero_copy_only=False))
+    values, valid = _ints(w.column("value"))
+    cand_values = pa.array(values[w_cand & valid], type=pa.int64())
+    if not len(cand_values):
+        return txns
+    w_topic = _strings(w.column("topic"))
+    w_part, w_part_ok = _ints(w.column("partition"))
+    never = np.iinfo(np.int64).max
+    first: dict = {}
+    for raw in polls.blocks():
+        # Few reads are of candidate transactions: pick them out before any join.
+        mask = pc.fill_null(pc.is_in(raw.column("value"), value_set=cand_values), False)
+        if not pc.any(mask).as_py():
+            continue
+        r = raw.filter(mask)
+        wr = written.rows_of(*_ints(r.column("value")))
+        at = _positions_in(ops_index, _ints(r.column("op"))[0])
+        op_rows = pa.array(np.maximum(at, 0), type=pa.int64())
+        iso = _strings(ops_t.column("isolation").take(op_rows))
+        done, done_ok = _ints(ops_t.column("complete_index").take(op_rows))
+        r_part, r_part_ok = _ints(r.column("partition"))
+        wr_ = np.maximum(wr, 0)
+        keep = ((wr >= 0) & (at >= 0) & (iso == READ_COMMITTED)
+                & (_strings(r.column("topic")) == w_topic[wr_])
+                & r_part_ok & w_part_ok[wr_] & (r_part == w_part[wr_]))
+        for t, i in zip(w_txn[wr_[keep]], np.where(done_ok, done, never)[keep]):
+            first[t] = min(first.get(t, never), int(i))
+    if not first:
+        return txns
+    txns = txns.copy()
+    proven = txns["txn"].isin(list(first)).to_numpy(dtype=bool)
+    txns.loc[proven, "outcome"] = COMMITTED
+    seen = txns.loc[proven, "txn"].map(first)
+    txns.loc[proven, "commit_complete_index"] = seen.where(seen < never)
+    return txns
 
 
 def _status(txn: np.ndarray, send_type: np.ndarray, outcome: np.ndarray) -> np.ndarray:
@@ -212,12 +275,7 @@ def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     cols.update(_take(ops_t, _positions_in(ops_index, _ints(rec.column("op"))[0]), [
         "process", "txn", "type", "invoke_index", "complete_index", "invoke_time",
         "complete_time", "final"]))
-    txn = _strings(cols["txn"])
-    cols.update(_take(txns_t, _positions_in(txns_index, txn), [
-        "outcome", "begin_index", "commit_invoke_index", "commit_complete_index"],
-        prefix="txn_"))
-    cols["status"] = pa.array(_status(txn, _strings(cols["type"]),
-                                      _strings(cols["txn_outcome"])), type=pa.string())
+    _join_txns(cols, txns_t, txns_index)
     values, valid = _ints(rec.column("value"))
     dup = pd.Series(values[valid]).duplicated(keep=False).to_numpy()
     if dup.any():
@@ -226,6 +284,23 @@ def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
         raise HistoryError(f"{path}: value {v} is written by ops {min(ops)} and {max(ops)}; "
                            "values must be unique across the history so a read names its write")
     return _ordered(cols, "writes")
+
+
+def _join_txns(cols: dict, txns_t: pa.Table, txns_index: pd.Index) -> dict:
+    """Set the txn_* columns and the status of write columns `cols` from the txns."""
+    txn = _strings(cols["txn"])
+    cols.update(_take(txns_t, _positions_in(txns_index, txn), [
+        "outcome", "begin_index", "commit_invoke_index", "commit_complete_index"],
+        prefix="txn_"))
+    cols["status"] = pa.array(_status(txn, _strings(cols["type"]),
+                                      _strings(cols["txn_outcome"])), type=pa.string())
+    return cols
+
+
+def _rejoin_txns(writes: pa.Table, txns_t: pa.Table, txns_index: pd.Index) -> pa.Table:
+    """The writes table (same rows, same order) joined to new txns."""
+    cols = _join_txns({c: writes.column(c) for c in writes.column_names}, txns_t, txns_index)
+    return pa.table({f.name: cols[f.name] for f in writes.schema}).cast(writes.schema)
 
 
 class _WriteIndex:
@@ -383,10 +458,16 @@ def _convert(path: Path, out: Path, spool: Path) -> dict:
     ops_index = pd.Index(ops["op"].to_numpy(dtype=np.int64))
     txns_index = pd.Index(txns["txn"].to_numpy(dtype=object))
     writes = _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index)
+    written = _WriteIndex(writes)
+    proven = _prove(txns, polls, ops_t, ops_index, written)
+    if proven is not txns:
+        txns = proven
+        txns_t = _to_arrow("txns", txns)
+        writes = _rejoin_txns(writes, txns_t, txns_index)
+        written = _WriteIndex(writes)
 
     steps = StepSpool(spool)
     steps.add(_steps_of("writes", writes))
-    written = _WriteIndex(writes)
     n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
     with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink:
         for raw in polls.blocks():

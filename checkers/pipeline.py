@@ -1,10 +1,12 @@
 """Consume-transform-produce pipelines: duplicate_output, lost_input.
 
 An output record names the input value it was derived from in its `source` field.
-Output is *definitely committed* when its write's status is committed, or its
-transaction's outcome is unknown, its send was ok, and a read_committed poll returned
-some record of that transaction (which proves it committed). Output *may be committed*
-when its status is committed or unknown.
+Output is *definitely committed* when its write's status is committed (its send was ok
+in a committed transaction, checkers/load.py counting as committed an unknown one that
+a read_committed poll saw), or its transaction committed and a read_committed poll
+returned the record itself, whatever its send's outcome (a send that ended in info,
+say after a flush timeout, may still have appended it). Output *may be committed* when
+its status is committed or unknown.
 """
 from __future__ import annotations
 
@@ -16,26 +18,29 @@ import pandas as pd
 from . import engine
 from .anomaly import VIOLATION, num
 from .partlog import VIS_RC, PartitionLog
-from .tables import COMMITTED, UNKNOWN
+from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
 TYPES = ("duplicate_output", "lost_input")
-OUTPUT, INPUT, PROVEN = "output", "input", "proven"
+OUTPUT, INPUT = "output", "input"
 
 
 def _outputs(pl: PartitionLog) -> pd.DataFrame:
-    w = pl.writes
-    w = w[(w["source"].notna() & w["value"].notna()).to_numpy(dtype=bool)]
-    return engine.facts(OUTPUT, pd.DataFrame({
-        "process": w["process"], "op": w["op"], "offset": w["offset"], "value": w["value"],
-        "txn": w["txn"], "kind": w["status"], "a1": w["source"], "a2": w["invoke_index"],
-        "n1": (w["type"] == "ok").astype(int)}))
-
-
-def _proven(pl: PartitionLog) -> pd.DataFrame:
+    """One fact per output record; kind = its status, or committed when its transaction
+    committed and a read_committed poll returned it (its send's outcome aside)."""
+    is_out = (pl.writes["source"].notna() & pl.writes["value"].notna()).to_numpy(dtype=bool)
+    w = pl.writes[is_out]
+    # The offset from the ack, else from a read of the record.
+    offset = pl.write_bounds["known"][is_out].round().astype("Int64").to_numpy()
     r = pl.reads
-    t = r.loc[((r["isolation"] == "read_committed") & r["w_txn"].notna()
-               & (r["w_txn_outcome"] == UNKNOWN)).fillna(False).to_numpy(dtype=bool), "w_txn"]
-    return engine.facts(PROVEN, pd.DataFrame({"txn": t.drop_duplicates()}))
+    rc_values = r.loc[(r["isolation"] == READ_COMMITTED).fillna(False).to_numpy(dtype=bool),
+                      "value"].dropna().to_numpy(dtype=np.int64)
+    read_rc = np.isin(w["value"].to_numpy(dtype=np.int64), rc_values)
+    seen = (read_rc & (w["txn_outcome"] == COMMITTED).fillna(False).to_numpy(dtype=bool)
+            & (w["type"] != "fail").fillna(False).to_numpy(dtype=bool))
+    kind = np.where(seen, COMMITTED, w["status"].to_numpy(dtype=object))
+    return engine.facts(OUTPUT, pd.DataFrame({
+        "process": w["process"], "op": w["op"], "offset": offset, "value": w["value"],
+        "txn": w["txn"], "kind": kind, "a1": w["source"], "a2": w["invoke_index"]}))
 
 
 def _inputs(pl: PartitionLog) -> pd.DataFrame:
@@ -60,8 +65,6 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     out = [_inputs(pl)] if len(pl.offsets) else []
     if pl.writes["source"].notna().any():
         out.append(_outputs(pl))
-    if pl.has_txn_reads or (pl.reads["w_txn_outcome"] == UNKNOWN).any():
-        out.append(_proven(pl))
     return out
 
 
@@ -70,10 +73,7 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     definitely committed output records of one output topic: the pipeline processed
     the input twice and both results were committed."""
     out = facts[facts["row"] == OUTPUT]
-    proven = set(facts.loc[facts["row"] == PROVEN, "txn"])
-    sure = out[((out["kind"] == COMMITTED)
-                | ((out["kind"] == UNKNOWN) & out["txn"].isin(proven) & (out["n1"] == 1)))
-               .to_numpy(dtype=bool)]
+    sure = out[(out["kind"] == COMMITTED).to_numpy(dtype=bool)]
     many = sure[sure.duplicated(["topic", "a1"], keep=False)].sort_values("a2")
     found = []
     for (topic, source), g in many.groupby(["topic", "a1"], sort=True):

@@ -100,7 +100,7 @@ def kitchen_sink(path) -> History:
     h.commit("p1", "T1")
     scene("groups")
     h.commit_offsets("c0", "g", [(0, 5)])
-    h.commit_offsets("c1", "g", [(0, 3)])
+    h.commit_offsets("c0", "g", [(0, 3)])
     h.fetch_offsets("c2", "g", [(0, 5)])
     scene("pipeline")
     h.send("p0", [(0, 1, 0), (0, 2, 1)], topic="pipeline-in")
@@ -186,11 +186,12 @@ def test_verdict_round_trips_through_plain_json(sink):
     back = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
     assert back == v
     text = v.summary()
-    assert text.startswith("INVALID") and "lost_write: 2 (violation)" in text
+    assert text.startswith("INVALID") and "lost_write: 3 (violation)" in text
     assert len(v.examples["duplicate"]) == 1 and v.counts["duplicate"] == 1
     lost = {(x["topic"], x["partition"], x["offset"], x["value"])
             for x in v.examples["lost_write"]}
-    assert lost == {("lost", 0, 1, 4002), ("inconsistent", 0, 0, 2001)}
+    # The torn transaction's missing write is lost too: a visible write proved it committed.
+    assert lost == {("lost", 0, 1, 4002), ("inconsistent", 0, 0, 2001), ("torn", 1, 0, 9002)}
 
 
 def test_cli_exit_codes(sink, tmp_path):

@@ -56,7 +56,131 @@ def test_read_uncommitted_may_read_before_the_commit(tmp_path):
     assert v.valid and found(v) == set()
 
 
+def test_precommitted_read_is_timed_from_the_first_commit_attempt(tmp_path):
+    """A retried commit_txn: the read came before the first attempt was invoked."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    poll = h.poll("c0", [(0, 0, 1)])
+    first = h.commit("p1", "T1", type="info")
+    h.commit("p1", "T1")
+    v = verdict(h)
+    assert found(v) == {"precommitted_read"}
+    ex = example(v, "precommitted_read", process="c0", op=poll, offset=0, value=1, txn="T1")
+    # Each op is an invoke then a completion: the first attempt is invoked at 2 * op.
+    assert ex["detail"].endswith(f"before its commit_txn was invoked (index {2 * first})")
+
+
+def test_a_read_between_commit_attempts_is_not_precommitted(tmp_path):
+    """commit_txn timed out (info) but had committed; a read_committed reader saw the
+    value; the retried commit_txn then completed ok."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p1", [(0, 1, 0)], txn="T1")
+    h.commit("p1", "T1", type="info")
+    h.poll("c0", [(0, 0, 1)])
+    h.commit("p1", "T1")
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def _retried_commit_and_fetch(h, fetch_before_commit: bool):
+    h.commit_offsets("c0", "g", [(0, 5)])
+    h.begin("pp", "T1")
+    h.send_offsets("pp", "T1", "g", [(0, 9)])
+    fetch = h.fetch_offsets("c1", "g", [(0, 9)]) if fetch_before_commit else None
+    h.commit("pp", "T1", type="info")
+    if not fetch_before_commit:
+        fetch = h.fetch_offsets("c1", "g", [(0, 9)])
+    h.commit("pp", "T1")
+    return fetch
+
+
+def test_stale_offset_fetch_of_a_transaction_not_yet_committing(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    fetch = _retried_commit_and_fetch(h, fetch_before_commit=True)
+    v = verdict(h)
+    assert found(v) == {"stale_offset_fetch"}
+    ex = example(v, "stale_offset_fetch", process="c1", op=fetch, partition=0, offset=9)
+    assert "allowed: [5]" in ex["detail"]
+
+
+def test_a_fetch_between_commit_attempts_may_see_the_transaction(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _retried_commit_and_fetch(h, fetch_before_commit=False)
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def _proven_by(h, isolation):
+    """T1 (commit info) wrote offset 1 between p0's offsets 0 and 3; c1 reads all
+    three with `isolation`; c0 (read_committed) reads 0 then 3; c2 seeks to 1, reads 3."""
+    h.send("p0", [(0, 1, 0)])
+    h.txn("p1", "T1", [(0, 2, 1)], outcome="info")
+    h.send("p0", [(0, 3, 3)])
+    h.seek("c1", [(0, 0)])
+    h.poll("c1", [(0, 0, 1), (0, 1, 2), (0, 3, 3)], isolation=isolation)
+    h.seek("c0", [(0, 0)])
+    skip = h.poll("c0", [(0, 0, 1), (0, 3, 3)])
+    h.seek("c2", [(0, 1)])
+    rewind = h.poll("c2", [(0, 3, 3)])
+    return skip, rewind
+
+
+def test_an_unknown_txn_a_read_committed_poll_saw_is_visible_to_read_committed(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    skip, rewind = _proven_by(h, RC)
+    v = verdict(h)
+    assert found(v) == {"poll_skip", "rewind_mismatch"}
+    ex = example(v, "poll_skip", process="c0", op=skip, partition=0, offset=3, value=3)
+    assert "skipping offset 1 (value 2)" in ex["detail"]
+    ex = example(v, "rewind_mismatch", process="c2", op=rewind, partition=0, offset=3,
+                 value=3)
+    assert ex["detail"].endswith("expected offset 1 (value 2)")
+
+
+def test_an_unknown_txn_only_read_uncommitted_saw_stays_unknown(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _proven_by(h, RU)
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
+def _reemitted(h, isolation):
+    """Input value 1; T1 outputs 10 from it and commits; T2 outputs 11 from it too,
+    that send ends in info, T2 commits ok; c0 reads both outputs with `isolation`."""
+    h.send("p0", [(0, 1, 0)], topic="in")
+    h.begin("pp", "T1")
+    h.poll("pp", [(0, 0, 1)], txn="T1", topic="in")
+    h.send("pp", [(0, 10, 0)], txn="T1", topic="out", sources=[1])
+    h.commit("pp", "T1")
+    h.begin("pp", "T2")
+    again = h.send("pp", [(0, 11)], txn="T2", topic="out", sources=[1], type="info")
+    h.commit("pp", "T2")
+    h.seek("c0", [(0, 0)], topic="out")
+    h.poll("c0", [(0, 0, 10), (0, 1, 11)], topic="out", isolation=isolation)
+    return again
+
+
+def test_duplicate_output_of_an_info_send_in_a_committed_txn(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    again = _reemitted(h, RC)
+    v = verdict(h)
+    assert found(v) == {"duplicate_output"}
+    ex = example(v, "duplicate_output", process="pp", op=again, topic="out", partition=0,
+                 offset=1, value=11, txn="T2")
+    assert ex["detail"] == "input value 1 has 2 committed outputs in out: values 10, 11"
+
+
+def test_an_info_output_send_no_read_committed_poll_saw_is_no_duplicate(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _reemitted(h, RU)
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+
+
 def test_torn_txn_of_unknown_outcome(tmp_path):
+    """T1's commit ended in info, but a read_committed poll returned value 1: T1
+    committed, so its acknowledged value 2, which the reader went over, is torn off
+    and lost."""
     h = History(tmp_path / "h.jsonl")
     h.begin("p1", "T1")
     missing = h.send("p1", [(0, 1, 0), (1, 2, 0)], txn="T1")
@@ -66,9 +190,10 @@ def test_torn_txn_of_unknown_outcome(tmp_path):
     h.poll("c0", [(0, 0, 1)])
     h.poll("c0", [(1, 1, 3)])
     v = verdict(h)
-    assert found(v) == {"torn_txn"}
+    assert found(v) == {"torn_txn", "lost_write"}
     ex = example(v, "torn_txn", txn="T1", op=missing, partition=1, offset=0, value=2)
-    assert ex["detail"].startswith("unknown transaction T1: 1 writes visible")
+    assert ex["detail"].startswith("committed transaction T1: 1 writes visible")
+    example(v, "lost_write", txn="T1", op=missing, offset=0, value=2)
 
 
 def test_torn_committed_txn_is_also_a_lost_write(tmp_path):
