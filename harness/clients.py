@@ -128,7 +128,15 @@ def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict
             errors[i] = KafkaError(KafkaError._QUEUE_FULL)
         except KafkaException as exc:
             errors[i] = error_of(exc)
-    producer.flush(timeout)
+    try:
+        producer.flush(timeout)
+    except KafkaException as exc:
+        # A transactional producer's flush raises its fatal error (fenced, most often:
+        # Kafka 4 bumps the epoch when it aborts a timed-out transaction). Records not
+        # delivered by then carry it; they may or may not be in the log.
+        for i, err in enumerate(errors):
+            if not delivered[i] and err is None:
+                errors[i] = error_of(exc)
     outcome = send_outcome(errors, delivered)
     first = next((e for e in errors if e is not None), None)
     w.complete(op, outcome, {"records": out},

@@ -89,7 +89,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             task = progress.add_task(label, total=len(plan["steps"]) + 1, status="")
 
             def on_step(n, step, task=task):
-                current = ", ".join(f"{f['f']}" for f in cluster.faults) or "no fault"
+                current = ", ".join(f["fault"] for f in cluster.faults) or "no fault"
                 what = "settling, final reads" if "settle" in step else (
                     f"fault: {step['fault']['f']}" if "fault" in step else f"{len(step['ops'])} ops")
                 progress.update(task, completed=n, status=f"{what} | active: {current} | "

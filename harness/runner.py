@@ -56,21 +56,24 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
         clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
                    for cid, spec in plan["clients"].items()}
         applied = 0
-        hung: set[str] = set()
+        stopped: set[str] = set()
         try:
             for i, step in enumerate(plan["steps"]):
                 if on_step:
                     on_step(i, step)
                 if "ops" in step:
-                    _round(clients, step["ops"], hung, writer)
+                    _round(clients, step["ops"], stopped, writer)
                 else:
                     apply_fault(cluster, ctx, step["fault"])
                     applied += 1
             if on_step:
                 on_step(len(plan["steps"]), {"settle": True})
             for cid, client in clients.items():
-                if cid not in hung:
-                    client.close()
+                if cid not in stopped:
+                    try:
+                        client.close()
+                    except KafkaException:
+                        pass  # closing records nothing, so its failure changes no history
             _settle(cluster, ctx)
             _final_reads(cluster, ctx, plan)
         finally:
@@ -81,31 +84,37 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
     return {"history": str(out / "history.jsonl"), "suffix": suffix, "faults": applied}
 
 
-def _round(clients: dict, ops: dict, hung: set[str], writer: HistoryWriter) -> None:
+def _round(clients: dict, ops: dict, stopped: set[str], writer: HistoryWriter) -> None:
     """Every named client runs its op, concurrently, each in a daemon thread (a thread
     blocked forever in a client library must not keep the process from exiting).
 
     A client still busy after ROUND_TIMEOUT is left behind and runs no further op: its
     op stays invoked without a completion, which the history reads as unknown (info),
-    and a `client_hung` event of the nemesis says so."""
+    and a `client_hung` event of the nemesis says so. A client library error that
+    escapes an op ends that client the same way, as a crash of the application would
+    (`client_error`); any other exception is a bug of the harness and stops the run."""
     errors: dict[str, BaseException] = {}
 
     def work(cid, op):
         try:
             clients[cid].run(op)
+        except KafkaException as exc:
+            stopped.add(cid)
+            writer.fault("client_error", {"process": cid, "op": op}, type="info",
+                         error=f"client {cid} stopped: {exc}")
         except BaseException as exc:  # re-raised in the runner's thread below
             errors[cid] = exc
 
     threads = {cid: threading.Thread(target=work, args=(cid, op), daemon=True,
                                      name=f"onceproof-client-{cid}")
-               for cid, op in ops.items() if cid not in hung}
+               for cid, op in ops.items() if cid not in stopped}
     for t in threads.values():
         t.start()
     deadline = time.monotonic() + ROUND_TIMEOUT
     for cid, t in threads.items():
         t.join(max(0.0, deadline - time.monotonic()))
         if t.is_alive():
-            hung.add(cid)
+            stopped.add(cid)
             writer.fault("client_hung", {"process": cid, "op": ops[cid]}, type="info",
                          error=f"client {cid} did not finish its op in {ROUND_TIMEOUT:.0f} s; "
                                f"it runs no further op")

@@ -74,3 +74,32 @@ def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
     sends = [e for e in events if e["process"] == "p0" and e["f"] == "send" and e["type"] == "ok"]
     assert len(sends) == 2
     assert any(e["f"] == "watermarks" and e["type"] == "ok" for e in events)  # the run ended
+
+
+def test_a_fenced_producer_records_its_send_as_unknown_and_the_client_goes_on(cluster, tmp_path):
+    from confluent_kafka import Producer
+    plan = {"topics": {"t": {"partitions": 2}}, "steps": [],
+            "clients": {"t0": {"role": "txn_producer"}}}
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        ctx = clients.RunContext(writer, cluster.bootstrap, "fence", {"t": 2})
+        _create_topics(cluster, ctx, plan)
+        producer = clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
+        producer.op_begin({})
+        producer.op_send({"partition": 0})
+        # Another instance of the application with the same transactional id.
+        rival = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": producer.tid,
+                          **clients.QUIET})
+        rival.init_transactions(30)
+        # A partition new to the transaction: librdkafka asks the coordinator to add it,
+        # hears it is fenced, and its flush raises the fatal error.
+        producer.op_send({"partition": 1})
+        producer.op_commit({})
+        producer.op_begin({})  # a new producer fences the rival in turn
+        producer.op_send({"n": 1})
+        assert producer.op_commit({})
+    events = read_events(tmp_path / "history.jsonl")
+    sends = [(e["txn"], e["type"], e.get("error", "")) for e in events
+             if e["f"] == "send" and e["type"] != "invoke"]
+    assert sends[0][:2] == ("t0/1", "ok")
+    assert sends[1][:2] == ("t0/1", "info"), sends  # never ok, and not certainly absent
+    assert sends[-1][:2] == ("t0/2", "ok")
