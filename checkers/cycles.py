@@ -12,9 +12,17 @@ Nodes are committed transactions. Edges say "T1 must come before T2":
   have in p is beyond o: T1 saw p before T2's records were in it (again only to the
   first transactions after o).
 
+An edge may show in several places (a ww edge in every partition both transactions
+wrote in that order, a wr edge in every partition T2 read T1's values from): each is a
+witness of it, and all of them hold.
+
 g0: a cycle of ww edges only. g1c: a cycle of ww and wr edges with at least one wr.
 g_single: a cycle with exactly one rw edge, the rest ww or wr. One cycle is reported
 per strongly connected component (for g_single: per component of the whole graph).
+A component holding a g0 cycle that is a violation (below) reports a g0 violation;
+one holding such a g1c cycle reports a g1c or a g0 violation. g_single is searched
+within bounds: a violation is reported when one of the first rw edges tried closes
+one through an impossible edge (below).
 
 Severity. Kafka does not claim serializability: transactions take no locks, so two
 concurrent transactions writing the same two partitions can append in opposite orders
@@ -24,9 +32,19 @@ transaction committed after appending to p behind it (a ww + wr cycle). Such cyc
 each record was appended while its send was in flight, a read_committed read of a
 value happened after that value's transaction began committing, and a
 read_uncommitted one after the value was appended. The cycle's edges, with these
-windows taken from the ops that witness them, form a system of constraints; if it has
-no solution (for example a cycle of wr edges, or transactions that did not overlap in
-time), the history contradicts real time and the cycle is a violation.
+windows taken from the ops of every witness of each edge, form a system of
+constraints; if it has no solution (for example a cycle of wr edges, or transactions
+that did not overlap in time), the history contradicts real time and the cycle is a
+violation.
+
+A system has no solution exactly when one witness alone has none, or a chain of ww
+witnesses in one partition along consecutive edges of the cycle does: a record was
+sent after a record above it in the log was acknowledged. Such a chain implies a ww
+edge (not built, as it follows through others) whose own witness has no solution
+(unless a transaction's own sends to the partition landed out of order, a
+nonmonotonic_send). So each search first closes a cycle through an edge with an
+impossible witness, built or implied (`impossible`, `_Graph.implied` below): every cycle
+through it is a violation. Then, for the notes, through any edge.
 """
 from __future__ import annotations
 
@@ -45,10 +63,8 @@ EDGE_FACT = "edge"
 # An edge fact: txn -> txn2 of `kind`, witnessed by the source op (op, a1 = invoke
 # index, a2 = complete index, offset = source offset) and the target op (a3, a4, a5,
 # a6 = target offset); value = the value read, for wr.
-_INF = np.iinfo(np.int64).max
-# Longest cycle whose real-time constraints are solved; longer ones stay notes.
-_MAX_SOLVE = 10_000
-# rw edges tried per component when looking for a g_single cycle.
+# rw edges (and edges with an impossible witness) tried per component when looking for
+# a g_single (g1c) cycle.
 _RW_TRIES = 20
 
 
@@ -97,7 +113,16 @@ def _read_edges(pl: PartitionLog) -> list[pd.DataFrame]:
           .fillna(False).to_numpy(dtype=bool)]
     if r.empty:
         return []
-    r = r.sort_values("complete_index").drop_duplicates(["w_txn", "txn"])
+    # One witness per edge and partition: wr witnesses are not chained to others, and
+    # one constrains as much as all when it is the tightest, the read that completed
+    # soonest after its value's write (read_uncommitted) or commit began.
+    rc = (r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool)
+    began = np.where(rc, pd.to_numeric(r["w_commit_inv"], errors="coerce"),
+                     pd.to_numeric(r["w_inv"], errors="coerce"))
+    slack = pd.to_numeric(r["complete_index"], errors="coerce").to_numpy(dtype=float) - began
+    r = (r.assign(_slack=np.nan_to_num(slack, nan=np.inf))
+         .sort_values(["_slack", "complete_index"], kind="stable")
+         .drop_duplicates(["w_txn", "txn"]).drop(columns="_slack"))
     rc = (r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool)
     return [pd.DataFrame({
         "txn": r["w_txn"].to_numpy(), "txn2": r["txn"].to_numpy(), "kind": WR,
@@ -133,66 +158,130 @@ def edges(facts: pd.DataFrame) -> pd.DataFrame:
 
 # ------------------------------------------------------------------- on the driver
 
-def solvable(cycle: pd.DataFrame) -> bool:
-    """Whether some real-time order satisfies the cycle's constraints (module doc).
+def _windows(w: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """src_inv, src_cmp, dst_inv, dst_cmp of witnesses as floats: an unknown invoke is 0,
+    an unknown completion never."""
+    si, sc, di, dc = (pd.to_numeric(w[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+                      for c in ("src_inv", "src_cmp", "dst_inv", "dst_cmp"))
+    return (np.nan_to_num(si, nan=0.0), np.where(np.isnan(sc), np.inf, sc),
+            np.nan_to_num(di, nan=0.0), np.where(np.isnan(dc), np.inf, dc))
 
-    Points: each edge j has a source point (in its source transaction) and a target
-    point (in its target), each strictly inside its witness op's [invoke, complete].
-    ww and wr edges require source < target; rw edges require nothing. Two ww points
-    of one transaction in one partition are ordered (first record <= last record).
-    Earliest times are propagated around the cycle; a point pushed past its window,
-    or a loop of constraints that never settles, has no solution."""
-    k = len(cycle)
-    if k > _MAX_SOLVE:
-        return True
+
+def _impossible(win: tuple[np.ndarray, ...], ordered: np.ndarray) -> np.ndarray:
+    si, sc, di, dc = win
+    return (si >= sc) | (di >= dc) | (ordered & (si >= dc))
+
+
+def impossible(w: pd.DataFrame) -> np.ndarray:
+    """Witnesses whose own constraints have no solution: the source point (or, for ww and
+    wr, the target point after it) cannot fit in its op's window. Any cycle through such
+    a witness is a violation."""
+    return _impossible(_windows(w), (w["kind"] != RW).to_numpy(dtype=bool))
+
+
+def _blame(cycle: pd.DataFrame) -> list[int] | None:
+    """None when some real-time order satisfies the cycle's constraints (module doc);
+    else positions of witnesses whose constraints together have no solution.
+
+    Rows are witnesses; `step` (default: the row's position) says which edge of the
+    cycle each witnesses, in cycle order, and every witness of an edge holds. Each
+    witness has a source point (in its source transaction) and a target point (in its
+    target), strictly inside its ops' [invoke, complete]; ww and wr witnesses require
+    source < target, rw ones nothing. The target point of a ww witness in partition p
+    and the source point of the next edge's ww witness in p are the first and last
+    records of one transaction there, so ordered (<=). The constraints thus form one
+    chain per partition and run of consecutive edges (a loop when every edge has a ww
+    witness in p, which has no solution); earliest times propagate along each chain,
+    linear in the witnesses."""
+    n = len(cycle)
+    if n == 0:
+        return None
+    steps = cycle["step"].to_numpy(dtype=np.int64) if "step" in cycle else np.arange(n)
+    k = int(steps.max()) + 1
+    bad = impossible(cycle)
+    if bad.any():
+        return [int(np.flatnonzero(bad)[0])]
+    si, sc, di, dc = (a.tolist() for a in _windows(cycle))
     kind = cycle["kind"].tolist()
-    part = list(zip(cycle["topic"], cycle["partition"]))
-    src_lo = cycle["src_inv"].tolist()
-    src_hi = [_INF if pd.isna(x) else x for x in cycle["src_cmp"]]
-    dst_lo = cycle["dst_inv"].tolist()
-    dst_hi = [_INF if pd.isna(x) else x for x in cycle["dst_cmp"]]
-    # Earliest times of the points, as (index, epsilons after it).
-    x = [(0 if pd.isna(v) else int(v), 1) for v in src_lo]
-    y = [(0 if pd.isna(v) else int(v), 1) for v in dst_lo]
-    linked = [kind[j] == WW and kind[(j + 1) % k] == WW and part[j] == part[(j + 1) % k]
-              for j in range(k)]
-    for _ in range(2 * k + 2):
-        changed = False
-        for j in range(k):
-            if kind[j] != RW:
-                t = (x[j][0], x[j][1] + 1)
-                if t > y[j]:
-                    y[j], changed = t, True
-            n = (j + 1) % k
-            if linked[j] and y[j] > x[n]:
-                x[n], changed = y[j], True
-        for j in range(k):
-            if x[j][0] >= src_hi[j] or y[j][0] >= dst_hi[j]:
-                return False
-        if not changed:
-            return True
-    return False
+    topic, part, steps_l = cycle["topic"].tolist(), cycle["partition"].tolist(), steps.tolist()
+    chains: dict[tuple, dict[int, int]] = {}
+    for r in range(n):
+        if kind[r] == WW:
+            chains.setdefault((topic[r], part[r]), {})[steps_l[r]] = r
+    for rows in chains.values():
+        if len(rows) < 2:
+            continue
+        if len(rows) == k:
+            return [rows[j] for j in range(k)]
+        for s0 in rows:
+            if (s0 - 1) % k in rows:
+                continue  # not the start of a run
+            # Earliest times as (index, epsilons after it), and the witness whose own
+            # invoke set them.
+            run: list[int] = []
+            t, origin = None, 0
+            j = s0
+            while j in rows:
+                r = rows[j]
+                run.append(r)
+                x = (si[r], 1)
+                if t is not None and t > x:
+                    x = t
+                else:
+                    origin = len(run) - 1
+                if x[0] >= sc[r]:
+                    return run[origin:]
+                y = (x[0], x[1] + 1)
+                if (di[r], 1) > y:
+                    y, origin = (di[r], 1), len(run) - 1
+                if y[0] >= dc[r]:
+                    return run[origin:]
+                t = y
+                j = (j + 1) % k
+    return None
+
+
+def solvable(cycle: pd.DataFrame) -> bool:
+    """Whether some real-time order satisfies the cycle's constraints (see _blame)."""
+    return _blame(cycle) is None
 
 
 def _describe(edges: list[dict]) -> str:
     steps = []
     for e in edges:
         if e["kind"] == WR:
-            how = f"wr: read value {anomaly.num(e['value'])}"
+            how = f"wr: read value {e['value']}"
         elif e["kind"] == WW:
-            how = (f"ww: {e['topic']}/{anomaly.num(e['partition'])} offset "
-                   f"{anomaly.num(e['src_off'])} < {anomaly.num(e['dst_off'])}")
+            how = f"ww: {e['topic']}/{e['partition']} offset {e['src_off']} < {e['dst_off']}"
         else:
-            how = (f"rw: read {e['topic']}/{anomaly.num(e['partition'])} to offset "
-                   f"{anomaly.num(e['src_off'])}, other wrote {anomaly.num(e['dst_off'])}")
+            how = (f"rw: read {e['topic']}/{e['partition']} to offset {e['src_off']}, "
+                   f"other wrote {e['dst_off']}")
         steps.append(f"{e['src']} -[{how}]-> ")
     return "".join(steps) + str(edges[-1]["dst"])
 
 
 def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
-    edges = cycle.to_dict("records")
+    """cycle: witnesses with `step` (sorted by it). One witness is shown per edge: the
+    first, or for a violation the ones with no solution, starting the cycle there."""
+    blame = _blame(cycle)
+    steps = cycle["step"].tolist()
+    k = steps[-1] + 1
+    shown: dict[int, int] = {}
+    for r, s in enumerate(steps):
+        shown.setdefault(s, r)
+    start = 0
+    if blame is not None:
+        shown.update({steps[r]: r for r in blame})
+        start = steps[blame[0]]
+    rows = [shown[(start + j) % k] for j in range(k)]
+    c = cycle.iloc[rows]
+    cols = {col: c[col].tolist() for col in ("src", "dst", "kind", "topic", "src_op", "dst_op")}
+    for col in ("partition", "src_off", "dst_off", "value"):  # as anomaly.num, faster
+        cols[col] = [None if x is None or x is pd.NA or x != x else int(x)
+                     for x in c[col].tolist()]
+    edges = [dict(zip(cols, vals)) for vals in zip(*cols.values())]
     first = edges[0]
-    severity = anomaly.NOTE if solvable(cycle) else anomaly.VIOLATION
+    severity = anomaly.NOTE if blame is None else anomaly.VIOLATION
     op = first["src_op"] if pd.notna(first["src_op"]) else first["dst_op"]
     return {"type": type, "severity": severity, "process": procs.get(first["src"]),
             "op": anomaly.num(op), "topic": first["topic"],
@@ -202,57 +291,208 @@ def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
             "detail": f"{len(edges)}-transaction cycle: {_describe(edges)}"}
 
 
+class _Graph:
+    """Witnesses (rows of e, sorted so each edge's are together, with their windows and
+    offsets as arrays) and the edges they witness (one per src, dst, kind), as node
+    codes."""
+
+    def __init__(self, e: pd.DataFrame, names: np.ndarray, codes=None):
+        if codes is None:
+            e = e.sort_values(["src", "dst", "kind", "topic", "partition"], kind="stable")
+            codes = np.searchsorted(names, e[["src", "dst"]].to_numpy(dtype=object)
+                                    .astype(str).ravel()).reshape(-1, 2)
+        self.e = e.reset_index(drop=True)
+        self.codes = codes
+        self.w_src, self.w_dst = codes[:, 0], codes[:, 1]
+        self.w_kind = self.e["kind"].to_numpy(dtype=object)
+        new = np.ones(len(self.e), dtype=bool)
+        new[1:] = ((self.w_src[1:] != self.w_src[:-1]) | (self.w_dst[1:] != self.w_dst[:-1])
+                   | (self.w_kind[1:] != self.w_kind[:-1]))
+        self.start = np.flatnonzero(new)
+        self.end = np.append(self.start[1:], len(self.e))
+        self.src, self.dst = self.w_src[self.start], self.w_dst[self.start]
+        self.kind = self.w_kind[self.start]
+        self.win = _windows(self.e)
+        bad = _impossible(self.win, self.w_kind != RW)
+        self.bad = np.logical_or.reduceat(bad, self.start) if len(bad) else bad
+
+    def rows(self, edges: list[int]) -> pd.DataFrame:
+        """The witnesses of a cycle of edges, with their step."""
+        ids = np.asarray(edges, dtype=np.int64)
+        lens = self.end[ids] - self.start[ids]
+        first = np.cumsum(lens) - lens
+        idx = np.arange(lens.sum()) - np.repeat(first, lens) + np.repeat(self.start[ids], lens)
+        c = self.e.iloc[idx].reset_index(drop=True)
+        c["step"] = np.repeat(np.arange(len(ids)), lens)
+        return c
+
+    def implied(self, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """ww edges that chains of ww witnesses in one partition imply and no real-time
+        order allows, as pairs of witness rows (source side, target side); none in a
+        history real time allows.
+
+        Only edges to the first transactions after T are built; T -> S for any S whose
+        records in p all lie above T's follows through them, and is a true ww edge,
+        witnessed by T's last record and S's first. For each S entered in p, the T in
+        S's component (of comp) with the latest-invoked last record below S's first: if
+        that send was invoked at or after S's first record's send completed, T -> S is
+        impossible. Sorting, no walk."""
+        none = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        rows = np.flatnonzero((self.w_kind == WW) & (comp[self.w_src] == comp[self.w_dst]))
+        if not len(rows):
+            return none
+        e = self.e.iloc[rows]
+        part = pd.MultiIndex.from_arrays([e["topic"], e["partition"]]).factorize()[0]
+        group = part.astype(np.int64) * (len(comp) + 1) + comp[self.w_src[rows]]
+        si, _, _, dc = (a[rows] for a in self.win)
+        so = pd.to_numeric(e["src_off"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        do = pd.to_numeric(e["dst_off"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        # Each transaction's last record (first record) in p, once.
+        _, s_at = np.unique(self.w_src[rows] * (part.max() + 1) + part, return_index=True)
+        _, d_at = np.unique(self.w_dst[rows] * (part.max() + 1) + part, return_index=True)
+        s_at, d_at = s_at[~np.isnan(so[s_at])], d_at[~np.isnan(do[d_at])]
+        ref = np.concatenate([s_at, d_at])
+        is_src = np.repeat([True, False], [len(s_at), len(d_at)])
+        off = np.concatenate([so[s_at], do[d_at]])
+        g = group[ref]
+        # By partition and component, then offset; at one offset a first record is not
+        # above a last record, so targets come first.
+        order = np.lexsort((is_src, off, g))
+        ref, is_src, g = ref[order], is_src[order], g[order]
+        val = np.where(is_src, si[ref], -1.0).astype(np.int64)
+        head = np.ones(len(g), dtype=bool)
+        head[1:] = g[1:] != g[:-1]
+        first = np.maximum.accumulate(np.where(head, np.arange(len(g)), 0))
+        _, gid = np.unique(g, return_inverse=True)
+        lift = gid.astype(np.int64) * (int(val.max()) + 2)
+        top = np.maximum.accumulate(val + lift) - lift
+        at = np.maximum.accumulate(np.where(is_src & (val == top), np.arange(len(g)), -1))
+        hit = ~is_src & (at >= first) & (top >= dc[ref])
+        if not hit.any():
+            return none
+        return rows[ref[at[hit]]], rows[ref[hit]]
+
+
 def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
-    """Anomaly records (anomaly.COLUMNS) for the cycles in edge list e."""
+    """Anomaly records (anomaly.COLUMNS) for the cycles in edge list e (witnesses: an
+    edge may have several, in several partitions; all of them hold)."""
     procs = procs or {}
     out: list[dict] = []
     if e.empty:
         return engine.anomalies(out)
     # A fixed order, so the cycles reported do not depend on how partitions were
     # scheduled (Spark or local, any number of tasks).
-    e = (e.sort_values(["src", "dst", "kind", "topic", "partition"], kind="stable")
-         .drop_duplicates(["src", "dst", "kind"]).reset_index(drop=True))
-    names, codes = np.unique(np.concatenate([e["src"].to_numpy(dtype=object),
-                                             e["dst"].to_numpy(dtype=object)]).astype(str),
-                             return_inverse=True)
-    src, dst = codes[:len(e)], codes[len(e):]
-    full = graph.strongly_connected(len(names), src, dst)
-    inner = full[src] == full[dst]
-    if not (inner & np.isin(full[src], graph.nontrivial(full))).any():
+    names = np.unique(np.concatenate([e["src"].to_numpy(dtype=object),
+                                      e["dst"].to_numpy(dtype=object)]).astype(str))
+    n = len(names)
+    gr = _Graph(e, names)
+    full = graph.strongly_connected(n, gr.src, gr.dst)
+    inner = full[gr.src] == full[gr.dst]
+    if not (inner & np.isin(full[gr.src], graph.nontrivial(full))).any():
         return engine.anomalies(out)
     # Only edges inside a component can be on a cycle.
-    e, src, dst = e[inner].reset_index(drop=True), src[inner], dst[inner]
-    kind = e["kind"].to_numpy(dtype=object)
-    adj = graph.csr(len(names), src, dst)
+    keep = np.repeat(inner, gr.end - gr.start)
+    gr = _Graph(gr.e[keep], names, codes=gr.codes[keep])
 
-    def search(type, mask, wanted, via, tries=1):
+    def comps(mask):
+        ids = np.flatnonzero(mask)
+        return graph.strongly_connected(n, gr.src[ids], gr.dst[ids])
+
+    ww, wr, rw = gr.kind == WW, gr.kind == WR, gr.kind == RW
+    labels = {"g0": comps(ww), "g1c": comps(ww | wr), "g_single": full}
+    # Impossible orders that only chains in one partition show, as edges, so the searches
+    # below can close cycles through them. The whole graph's components are the
+    # coarsest: with nothing implied there, nothing is in the others.
+    pairs = []
+    for comp in (labels["g_single"], labels["g1c"], labels["g0"]):
+        i, j = gr.implied(comp)
+        if not len(i):
+            break
+        pairs.append((i, j))
+    if pairs:
+        i, j = (np.concatenate(x) for x in zip(*pairs))
+        # Source side of row i, target side of row j; not twice, not one already built.
+        cols = ["src", "dst", "kind", "topic", "partition"]
+        more = gr.e.iloc[i][cols].assign(dst=gr.e["dst"].to_numpy()[j]).astype(object)
+        key = pd.MultiIndex.from_frame(more)
+        built = pd.MultiIndex.from_frame(gr.e[cols].astype(object))
+        new = ~key.duplicated() & ~key.isin(built)
+        if new.any():
+            i, j = i[new], j[new]
+            e = gr.e.iloc[np.concatenate([np.arange(len(gr.e)), i])].reset_index(drop=True)
+            for col in ("dst", "dst_op", "dst_inv", "dst_cmp", "dst_off", "value"):
+                e.loc[len(gr.e):, col] = gr.e[col].to_numpy()[j] if col != "value" else None
+            gr = _Graph(e, names)
+            ww, wr, rw = gr.kind == WW, gr.kind == WR, gr.kind == RW
+    src, dst, kind, bad = gr.src, gr.dst, gr.kind, gr.bad
+    adj = graph.csr(n, src, dst)
+
+    def report(type, edges):
+        out.append(_report(type, gr.rows(edges), procs))
+
+    def search(type, comp, mask, wanted, via, tries=1, done=(), through_bad=True):
         """In each nontrivial component of the subgraph of `mask` edges, close a cycle
         through one of its first `tries` edges that `wanted` allows, with a shortest
-        path back along `via` edges."""
-        ids = np.flatnonzero(mask)
-        via_l = via.tolist()
-        comp = graph.strongly_connected(len(names), src[ids], dst[ids])
+        path back along `via` edges. First through an edge with an impossible witness,
+        which makes any cycle through it a violation (accepted if `wanted` allows some
+        edge of the cycle), then through the rest."""
+        via_l, wanted_l = via.tolist(), wanted.tolist()
         big = set(graph.nontrivial(comp).tolist())
         comp_l = comp.tolist()
+        found = set(done)
+        for first in ((True, False) if through_bad else (False,)):
+            ids = np.flatnonzero(mask & bad) if first else np.flatnonzero(mask & wanted)
+            tried: dict[int, int] = {}
+            for x in ids.tolist():
+                c = comp_l[src[x]]
+                if c not in big or comp_l[dst[x]] != c or c in found:
+                    continue
+                if tried.get(c, 0) >= (tries if not first else _RW_TRIES):
+                    continue
+                tried[c] = tried.get(c, 0) + 1
+                back = graph.path(adj, int(dst[x]), int(src[x]),
+                                  lambda v, c=c: comp_l[v] == c, lambda y: via_l[y])
+                if back is None or not any(wanted_l[y] for y in (x, *back)):
+                    continue
+                report(type, [x, *back])
+                found.add(c)
+        return found
+
+    search("g0", labels["g0"], ww, ww, ww)
+    search("g1c", labels["g1c"], ww | wr, wr, ww | wr)
+    # g_single: an impossible ww or wr edge on a path back from an rw edge. Paths on two
+    # layers of the graph: ww and wr edges stay on a layer, impossible ones also go
+    # from layer 0 to layer 1; a path from the rw edge's target on layer 0 to its
+    # source on layer 1 crosses exactly one impossible edge, and takes no rw edge.
+    done: set[int] = set()
+    nr = np.flatnonzero(~rw)
+    jump = np.flatnonzero(~rw & bad)
+    if len(jump):
+        lid = np.concatenate([nr, nr, jump])
+        adj2 = graph.csr(2 * n, np.concatenate([src[nr], src[nr] + n, src[jump]]),
+                         np.concatenate([dst[nr], dst[nr] + n, dst[jump] + n]))
+        full_l = full.tolist()
+        with_jump = set(full[src[jump]].tolist())
         tried: dict[int, int] = {}
-        for x in ids:
-            c = comp_l[src[x]]
-            if c not in big or comp_l[dst[x]] != c or not wanted[x]:
-                continue
-            if tried.get(c, 0) >= tries:
+        for x in np.flatnonzero(rw).tolist():
+            c = full_l[src[x]]
+            if c not in with_jump or c in done or tried.get(c, 0) >= _RW_TRIES:
                 continue
             tried[c] = tried.get(c, 0) + 1
-            back = graph.path(adj, int(dst[x]), int(src[x]),
-                              lambda v, c=c: comp_l[v] == c, lambda y: via_l[y])
-            if back is not None:
-                out.append(_report(type, e.iloc[[x, *back]], procs))
-                tried[c] = tries
-
-    ww, wr, rw = kind == WW, kind == WR, kind == RW
-    search("g0", ww, ww, ww)
-    search("g1c", ww | wr, wr, ww | wr)
+            back = graph.path(adj2, int(dst[x]), int(src[x]) + n,
+                              lambda v, c=c: full_l[v % n] == c, lambda y: True)
+            if back is None:
+                continue
+            back = lid[back].tolist()
+            # A walk through some transaction twice holds a ww/wr cycle through the
+            # impossible edge: that is a g0 or g1c violation, reported above.
+            if len({int(src[y]) for y in (x, *back)}) <= len(back):
+                continue
+            report("g_single", [x, *back])
+            done.add(c)
     # A component may hold rw edges none of which closes with ww/wr edges alone.
-    search("g_single", np.ones(len(e), dtype=bool), rw, ~rw, tries=_RW_TRIES)
+    search("g_single", full, np.ones(len(src), dtype=bool), rw, ~rw, tries=_RW_TRIES,
+           done=done, through_bad=False)
     return engine.anomalies(out)
 
 
