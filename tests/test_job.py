@@ -41,6 +41,18 @@ def test_run_leaves_a_checked_run_folder_and_exits_0(tmp_path):
     assert json.loads((run / "verdict.json").read_text())["valid"] is True
 
 
+def test_run_under_faults_applies_them_and_decides(tmp_path):
+    # Seed 4 draws a kill and a partition among 6 rounds (the faults are what broke the
+    # progress line once: every faulted run ended in an internal error).
+    out = _onceproof("run", "--rounds", "6", "--faults", "partition,kill", "--seed", "4",
+                     "--out", str(tmp_path))
+    assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr[-2000:]
+    assert ("VALID" if out.returncode == 0 else "ANOMALIES FOUND") in out.stdout
+    history = read_events(next(tmp_path.glob("*/run-1/history.jsonl")))
+    applied = {e["f"] for e in history if e["process"] == "nemesis" and e["type"] == "ok"}
+    assert {"kill", "partition"} <= applied, applied
+
+
 @pytest.mark.parametrize("args,words", [
     (("run", "--workload", "nope"), "unknown workload"),
     (("run", "--faults", "kill,meteor"), "unknown fault meteor"),
