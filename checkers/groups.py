@@ -137,31 +137,25 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     for i in np.flatnonzero(~same):
         k = done[i]
         got = None if np.isnan(f_off[i]) else int(f_off[i])
+        # What it may see besides racing commits: before any commit completed, nothing;
+        # after, the latest that completed before it began, not superseded (a suffix).
         if k == 0:
-            others = racing_offsets(i)
-            # Nothing completed before the fetch began: none, or a racing commit.
-            if got in others:
+            latest, why = set(), "no commit had completed before the fetch began"
+            if got is None:
                 continue
-            f = fetches.iloc[i]
-            out.append(_record(
-                "stale_offset_fetch", f,
-                f"group {group} fetch returned offset {got}, but no commit had completed "
-                f"before the fetch began (allowed: none"
-                f"{f', or {sorted(others)}' if others else ''})", f["offset"]))
-            continue
-        # Not superseded: completed after the last of them was invoked (a suffix).
-        j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
-        if got is not None and (s_off[j:k] == got).any():
-            continue
-        allowed = set(s_off[j:k].tolist()) | racing_offsets(i)
+        else:
+            j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
+            latest = {int(x) for x in s_off[j:k]}
+            why = f"offset {max(latest)} was committed before the fetch began"
+        allowed = latest | racing_offsets(i)
         if got in allowed:
             continue
         f = fetches.iloc[i]
+        shown = (["none"] if k == 0 else []) + [str(x) for x in sorted(allowed)]
         out.append(_record(
             "stale_offset_fetch", f,
             f"group {group} fetch returned offset {got if got is not None else 'none'}, "
-            f"but offset {int(s_off[j:k].max())} was committed before the fetch began "
-            f"(allowed: {sorted(allowed)})", f["offset"]))
+            f"but {why} (allowed: [{', '.join(shown)}])", f["offset"]))
     return out
 
 
