@@ -220,8 +220,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
         ok = "yes" if r.caught else "NO"
         if r.suite.startswith("correct"):
             ok = "passed" if r.caught else "FAILED"
-        if not r.examples:
-            ok = "not run (time limit)"
+        if r.cut and not r.caught:
+            ok = "stopped by time limit" if r.examples else "not run (time limit)"
         table.add_row(r.suite, r.expect, ok, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
                       str(r.shrunk_size or "-"), r.reproduced)
@@ -229,8 +229,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
-    # Suites the time limit kept from running are shown as such, not counted as misses.
-    sys.exit(0 if all(r.caught for r in rows if r.examples) else 1)
+    # Suites the time limit stopped are shown as such, not counted as misses.
+    sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
 
 
 @main.command()

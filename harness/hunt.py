@@ -33,17 +33,19 @@ class HuntResult:
     shrunk_size: int | None
     reproduced: str
     counterexample: str | None
+    cut: bool = False  # the deadline stopped the search before it was done
 
 
 def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
          seed: int | None = None, deadline: float | None = None) -> HuntResult:
     """Search, shrink and replay one suite. No plan starts after `deadline` (a monotonic
-    time); a suite stopped before its first plan reports 0 examples and no verdict."""
+    time); a suite the deadline stopped is `cut`, and one stopped before its first plan
+    reports 0 examples and no verdict."""
     store = Counterexamples(Path(artifacts) / "counterexamples")
     scratch = Path(artifacts) / "trials" / suite.name
     started = time.monotonic()
-    state = {"n": 0, "first": None}
+    state = {"n": 0, "first": None, "cut": False}
 
     def caught(trial: Trial) -> bool:
         if suite.known_good:
@@ -58,6 +60,7 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
         if state["first"] is not None and time.monotonic() - started - state["first"] > budget:
             return
         if deadline is not None and time.monotonic() > deadline:
+            state["cut"] = True
             return
         state["n"] += 1
         trial = run_trial(plan, cluster, scratch / f"{state['n']:04d}", spark)
@@ -89,7 +92,8 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
         suite=suite.name, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
         caught=caught_it, examples=state["n"], seconds_to_first=state["first"],
         shrunk_size=size(load(folder / "plan.json")) if found else None,
-        reproduced=reproduced, counterexample=str(folder) if found else None)
+        reproduced=reproduced, counterexample=str(folder) if found else None,
+        cut=state["cut"])
 
 
 def _only_caught(exc: BaseException) -> bool:

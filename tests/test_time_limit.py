@@ -40,6 +40,6 @@ def test_no_limit_means_no_stop(tmp_path):
 @pytest.mark.parametrize("name", ["non_idempotent_retries", "correct_pipeline"])
 def test_a_suite_past_the_limit_runs_no_plan_and_is_not_counted_as_caught_or_passed(tmp_path, name):
     result = hunt(SUITES[name], SimpleNamespace(n=3), tmp_path, max_examples=3, deadline=SPENT)
-    assert result.examples == 0
+    assert result.examples == 0 and result.cut
     assert not result.caught  # a known-good suite that ran nothing has not passed
     assert result.counterexample is None
