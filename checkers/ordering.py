@@ -6,9 +6,10 @@ import sys
 import numpy as np
 import pandas as pd
 
-from . import engine, spans
+from . import coverage, engine, spans
 from .anomaly import VIOLATION, num
 from .partlog import PartitionLog
+from .tables import COMMITTED
 
 TYPES = ("nonmonotonic_send", "commit_order")
 
@@ -41,41 +42,146 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     return out
 
 
+def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
+    """Committed sends outside transactions as writers (one row per send op, columns
+    _COLS), from the records whose offset is known and still held by them: no reader
+    went over it without returning it (lost_write) and, with check_reads, no read
+    returned another value at that offset (inconsistent_offset). A record acknowledged
+    with acks=1 and then truncated by a failover may have its offset reused below or
+    above later appends; those types report it, so it orders nothing here."""
+    cov = coverage.of(pl)
+    off = cov["offset"].to_numpy(dtype=float)
+    keep = ((cov["status"] == COMMITTED).to_numpy(dtype=bool)
+            & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
+            & cov["complete_index"].notna().to_numpy(dtype=bool)
+            & ~(cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)))
+    if check_reads and keep.any():
+        r = pl.reads
+        r = r[r["offset"].notna().to_numpy(dtype=bool) & r["value"].notna().to_numpy(dtype=bool)]
+        if len(r):
+            g = r.groupby("offset")["value"]
+            lo_v, hi_v = g.min(), g.max()
+            at = pd.Index(lo_v.index.to_numpy(dtype=float)).get_indexer(off)
+            vals = cov["value"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+            ok = at < 0
+            seen = np.flatnonzero(~ok)
+            ok[seen] = ((lo_v.to_numpy(dtype=np.int64)[at[seen]] == vals[seen])
+                        & (hi_v.to_numpy(dtype=np.int64)[at[seen]] == vals[seen]))
+            keep &= ok
+    c = cov[keep]
+    if c.empty:
+        return pd.DataFrame(columns=_COLS)
+    # Rows of one send are contiguous (writes are sorted by invoke_index, rec).
+    op = c["op"].to_numpy(dtype=np.int64)
+    first = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
+    o = c["offset"].to_numpy(dtype=float)
+    return pd.DataFrame({
+        "txn": None, "process": c["process"].to_numpy(dtype=object)[first],
+        "sure_lo": np.minimum.reduceat(o, first), "sure_hi": np.maximum.reduceat(o, first),
+        "lo_op": op[first], "t_begin": c["invoke_index"].to_numpy(dtype=np.int64)[first],
+        "t_done": c["complete_index"].to_numpy(dtype=np.int64)[first]})
+
+
+_COLS = ["txn", "process", "sure_lo", "sure_hi", "lo_op", "t_begin", "t_done"]
+
+
+def _best_elsewhere(hi: np.ndarray, grp: np.ndarray) -> tuple[np.ndarray, ...]:
+    """For writers in completion order with record offsets `hi` and groups `grp`: at
+    each position i, the highest `hi` among writers 0..i (best, arg) and the highest
+    among those 0..i not in the group of best's writer (alt, alt_arg; -inf / -1 when
+    none). The best among writers outside any group g is then best if g is not the
+    leader's group, else alt."""
+    n = len(hi)
+    idx = np.arange(n)
+    best = np.maximum.accumulate(hi)
+    arg = np.maximum.accumulate(np.where(np.r_[True, hi[1:] > best[:-1]], idx, 0))
+    lead = grp[arg]
+    # Segments where one group leads. Before a segment starts, the leader was another
+    # group, so the best outside the new leader's group is the previous best; within
+    # the segment, a running maximum of the others' offsets.
+    seg_start = np.r_[True, lead[1:] != lead[:-1]]
+    seg = np.cumsum(seg_start) - 1
+    starts = np.flatnonzero(seg_start)
+    prev = np.where(starts > 0, best[np.maximum(starts - 1, 0)], -np.inf)[seg]
+    prev_arg = np.where(starts > 0, arg[np.maximum(starts - 1, 0)], -1)[seg]
+    other = np.where(grp != lead, hi, -np.inf)
+    run = pd.Series(other).groupby(seg).cummax().to_numpy()
+    setter = (other == run) & ~np.isneginf(other) & (
+        seg_start | (run > np.r_[-np.inf, run[:-1]]))
+    run_arg = pd.Series(np.where(setter, idx, -1)).groupby(seg).cummax().to_numpy()
+    use_run = run > prev
+    return (best, arg, np.where(use_run, run, prev),
+            np.where(use_run, run_arg, prev_arg))
+
+
 def commit_orders(pl: PartitionLog) -> list[dict]:
-    """commit_order: two committed transactions T1 and T2 wrote to one partition, T1's
-    commit_txn completed before T2's first op was invoked, yet some record of T2
-    precedes some record of T1 in that partition. T2's records are appended after T2
-    began, so after all of T1's: the log contradicts real time."""
-    w = spans.writers(pl)
-    w = w[w["t_begin"].notna() & w["t_done"].notna() & w["sure_lo"].notna()]
+    """commit_order: two committed writes W1 and W2 to one partition, each a committed
+    transaction or an acknowledged send outside any transaction, where W1 completed
+    (for a transaction: its commit_txn completed; for a send: its ack) before W2 was
+    invoked (its send; for a transaction, its first op), yet some record of W2 precedes
+    some record of W1 in that partition. An acknowledged append is in the log before
+    its ack, and the log of a partition is totally ordered, so W2's records land after
+    all of W1's: the log contradicts real time. Two sends of one process are left to
+    nonmonotonic_send. A send's records count only at offsets known (from its ack or a
+    read) and still held by it: a record truncated by a failover (acks=1) and its offset
+    reused is a lost_write or inconsistent_offset instead."""
+    t = spans.writers(pl) if pl.has_txn_writes else pd.DataFrame(columns=_COLS)
+    t = t[t["t_begin"].notna() & t["t_done"].notna() & t["sure_lo"].notna()][_COLS]
+    # Reads contradicting a send's offset are looked for only when something is found
+    # without them (rare): dropping writers can only drop reports.
+    found = _violations(t, _plain_senders(pl, check_reads=False))
+    if found is not None and len(pl.reads):
+        found = _violations(t, _plain_senders(pl, check_reads=True))
+    if found is None:
+        return []
+    w, top_arg, rows = found
     out = []
-    if len(w) < 2:
-        return out
-    w = w.sort_values("t_done").reset_index(drop=True)
-    done = w["t_done"].to_numpy(dtype=np.int64)
-    his = w["sure_hi"].to_numpy(dtype=float)
-    best = np.maximum.accumulate(his)
-    # Which transaction set each running maximum, for the example.
-    arg = np.maximum.accumulate(np.where(np.r_[True, his[1:] > best[:-1]],
-                                         np.arange(len(his)), 0))
-    k = np.searchsorted(done, w["t_begin"].to_numpy(dtype=np.int64), side="left") - 1
-    los = w["sure_lo"].to_numpy(dtype=float)
-    for j in np.flatnonzero((k >= 0) & (best[np.maximum(k, 0)] > los)):
-        t1, t2 = w.iloc[arg[k[j]]], w.iloc[j]
+    for j in rows:
+        w1, w2 = w.iloc[top_arg[j]], w.iloc[j]
         out.append({
-            "type": "commit_order", "severity": VIOLATION, "process": t2["process"],
-            "op": num(t2["lo_op"]), "offset": int(t2["sure_lo"]), "txn": t2["txn"],
-            "detail": f"{t1['txn']} committed (index {num(t1['t_done'])}) before "
-                      f"{t2['txn']} began (index {num(t2['t_begin'])}), yet {t2['txn']}'s "
-                      f"record at offset {int(t2['sure_lo'])} precedes {t1['txn']}'s at "
-                      f"offset {int(t1['sure_hi'])}"})
+            "type": "commit_order", "severity": VIOLATION, "process": w2["process"],
+            "op": num(w2["lo_op"]), "offset": int(w2["sure_lo"]), "txn": w2["txn"],
+            "detail": f"{_name(w1)} {'committed' if pd.notna(w1['txn']) else 'was acknowledged'}"
+                      f" (index {num(w1['t_done'])}) before {_name(w2)} "
+                      f"{'began' if pd.notna(w2['txn']) else 'was sent'} "
+                      f"(index {num(w2['t_begin'])}), yet its record at offset "
+                      f"{int(w2['sure_lo'])} is below offset {int(w1['sure_hi'])}, where "
+                      f"{_name(w1)} wrote"})
     return out
 
 
+def _violations(t: pd.DataFrame, s: pd.DataFrame):
+    """(writers in completion order, the earlier writer for each, the later writers
+    that precede it), or None when there are none."""
+    parts = [f for f in (t, s) if len(f)]
+    if sum(map(len, parts)) < 2:
+        return None
+    w = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    w = w.sort_values("t_done", kind="stable").reset_index(drop=True)
+    done = w["t_done"].to_numpy(dtype=np.int64)
+    his = w["sure_hi"].to_numpy(dtype=float)
+    plain = w["txn"].isna().to_numpy(dtype=bool)
+    # Groups never compared with each other: a process's sends outside transactions
+    # (nonmonotonic_send's); every transaction is a group of its own.
+    procs = pd.factorize(w["process"].to_numpy(dtype=object))[0]
+    txns = pd.factorize(w["txn"].to_numpy(dtype=object))[0]
+    grp = np.where(plain, procs, procs.max(initial=0) + 1 + txns)
+    best, arg, alt, alt_arg = _best_elsewhere(his, grp)
+    k = np.searchsorted(done, w["t_begin"].to_numpy(dtype=np.int64), side="left") - 1
+    kk = np.maximum(k, 0)
+    mine = grp[arg[kk]] == grp
+    top = np.where(mine, alt[kk], best[kk])
+    top_arg = np.where(mine, alt_arg[kk], arg[kk])
+    rows = np.flatnonzero((k >= 0) & (top > w["sure_lo"].to_numpy(dtype=float)))
+    return (w, top_arg, rows) if len(rows) else None
+
+
+def _name(w) -> str:
+    return w["txn"] if pd.notna(w["txn"]) else f"{w['process']}'s send (op {num(w['lo_op'])})"
+
+
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    found = nonmonotonic_sends(pl)
-    if pl.has_txn_writes:
-        found += commit_orders(pl)
+    found = nonmonotonic_sends(pl) + commit_orders(pl)
     return [engine.anomalies(found)]
 
 

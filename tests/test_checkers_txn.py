@@ -241,10 +241,12 @@ def test_nonmonotonic_send_within_one_send(tmp_path):
 def test_sends_of_different_processes_or_txns_may_interleave(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.send("p0", [(0, 1, 5)])
-    h.send("p1", [(0, 2, 3)])        # another process: concurrent producers
-    h.txn("p0", "T1", [(0, 3, 7)])
-    h.txn("p0", "T2", [(0, 4, 6)])   # another transaction of p0 (T1 then T2 would be
-    v = verdict(h)                   # commit_order; here T2's send ack is only lower)
+    h.send("p1", [(0, 2, 3)])        # another process (one after the other, so this
+    h.txn("p0", "T1", [(0, 3, 7)])   # and T1 then T2 are commit_order: see below)
+    h.txn("p0", "T2", [(0, 4, 6)])   # another transaction of p0
+    v = verdict(h)
+    # Sends of different processes or transactions are no nonmonotonic_send, whatever
+    # real time says of them (that is commit_order's business).
     assert "nonmonotonic_send" not in found(v)
 
 
@@ -385,3 +387,70 @@ def test_no_g_single_when_the_reader_saw_the_write(tmp_path):
     h.commit("p1", "T1")
     v = verdict(h)
     assert v.valid and found(v) == set()
+
+
+def test_commit_order_of_plain_sends(tmp_path):
+    """Two acknowledged sends outside transactions, of different processes: the first
+    was acknowledged at offset 1 before the second was sent, which landed at 0."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p1", [(0, 1, 1)])
+    later = h.send("p2", [(0, 2, 0)])
+    v = verdict(h)
+    assert found(v) == {"commit_order"} and not v.valid
+    ex = example(v, "commit_order", process="p2", op=later, partition=0, offset=0, txn=None)
+    assert "p1's send (op 0)" in ex["detail"] and "offset 1" in ex["detail"]
+
+
+def test_commit_order_between_a_plain_send_and_a_transaction(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p1", [(0, 1, 4)])
+    h.begin("p2", "T2")
+    early = h.send("p2", [(0, 2, 3)], txn="T2")
+    h.commit("p2", "T2")
+    h.txn("p3", "T3", [(0, 3, 6)])
+    h.send("p4", [(0, 4, 5)])        # sent after T3 committed at 6
+    v = verdict(h)
+    assert found(v) == {"commit_order"} and v.counts["commit_order"] == 2
+    example(v, "commit_order", process="p2", op=early, offset=3, txn="T2")
+    assert any(e["process"] == "p4" and e["offset"] == 5 and "T3" in e["detail"]
+               for e in v.examples["commit_order"])
+
+
+def _overlapping_sends(h, first_done: str):
+    a = h.invoke("p1", "send", {"records": [{"topic": "t", "partition": 0, "key": None,
+                                             "value": 1}]})
+    b = h.invoke("p2", "send", {"records": [{"topic": "t", "partition": 0, "key": None,
+                                             "value": 2}]})
+    done = {a: {"records": [{"topic": "t", "partition": 0, "key": None, "value": 1,
+                             "offset": 1}]},
+            b: {"records": [{"topic": "t", "partition": 0, "key": None, "value": 2,
+                             "offset": 0}]}}
+    order = (a, b) if first_done == "p1" else (b, a)
+    for op in order:
+        h.complete(op, "ok", done[op])
+
+
+def test_concurrent_plain_sends_may_append_in_any_order(tmp_path):
+    for first_done in ("p1", "p2"):
+        h = History(tmp_path / f"h-{first_done}.jsonl")
+        _overlapping_sends(h, first_done)
+        v = verdict(h)
+        assert v.valid and found(v) == set(), first_done
+
+
+def test_truncated_plain_send_is_no_commit_order(tmp_path):
+    """acks=1 and a failover: 10 and 11 were acknowledged at 0 and 1, the new leader
+    had neither, and 12 and 13 (sent after both acks) landed at 0 and 1. That is
+    lost_write and inconsistent_offset; 11's offset no longer holds it, so 12 at 0
+    below it is not also a commit_order."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 10, 0)])
+    h.send("p1", [(0, 11, 1)])
+    h.fault("partition-leader")
+    h.send("p2", [(0, 12, 0)])
+    h.send("p3", [(0, 13, 1)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 12), (0, 1, 13)])
+    v = verdict(h)
+    assert "commit_order" not in found(v)
+    assert {"lost_write", "inconsistent_offset"} <= found(v)
