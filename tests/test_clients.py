@@ -3,6 +3,7 @@ cluster: what they record must stay sound, and they must keep working afterwards
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -13,17 +14,22 @@ from harness.runner import _create_topics
 pytestmark = pytest.mark.cluster
 
 
+@contextmanager
+def txn_client(cluster, tmp_path, suffix: str, partitions: int, producer: dict | None = None):
+    """A transactional client t0 on a fresh topic t, recording to tmp_path/history.jsonl."""
+    plan = {"topics": {"t": {"partitions": partitions}}, "steps": [],
+            "producer": producer or {}, "clients": {"t0": {"role": "txn_producer"}}}
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        ctx = clients.RunContext(writer, cluster.bootstrap, suffix, {"t": partitions})
+        _create_topics(cluster, ctx, plan)
+        yield clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
+
+
 def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, tmp_path, monkeypatch):
     # Short client timeouts so that the cut outlasts the first commit attempt but not the
     # transaction's own timeout (20 s), after which the coordinator would abort it.
     monkeypatch.setattr(clients, "OP_TIMEOUT", 4.0)
-    plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
-            "producer": {"reconnect.backoff.max.ms": 300},
-            "clients": {"t0": {"role": "txn_producer"}}}
-    with HistoryWriter(tmp_path / "history.jsonl") as writer:
-        ctx = clients.RunContext(writer, cluster.bootstrap, "retry", {"t": 1})
-        _create_topics(cluster, ctx, plan)
-        producer = clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
+    with txn_client(cluster, tmp_path, "retry", 1, {"reconnect.backoff.max.ms": 300}) as producer:
         producer.op_begin({})
         producer.op_send({"n": 1})
         cluster.cut_clients()
@@ -78,12 +84,7 @@ def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
 
 def test_a_fenced_producer_records_its_send_as_unknown_and_the_client_goes_on(cluster, tmp_path):
     from confluent_kafka import Producer
-    plan = {"topics": {"t": {"partitions": 2}}, "steps": [],
-            "clients": {"t0": {"role": "txn_producer"}}}
-    with HistoryWriter(tmp_path / "history.jsonl") as writer:
-        ctx = clients.RunContext(writer, cluster.bootstrap, "fence", {"t": 2})
-        _create_topics(cluster, ctx, plan)
-        producer = clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
+    with txn_client(cluster, tmp_path, "fence", 2) as producer:
         producer.op_begin({})
         producer.op_send({"partition": 0})
         # Another instance of the application with the same transactional id.
