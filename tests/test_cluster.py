@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.cluster
@@ -32,8 +32,20 @@ def _until(predicate, timeout: float = 60.0, step: float = 0.5):
 def _topic(cluster, replicas: list[int]) -> str:
     """A fresh one-partition topic whose preferred leader is replicas[0]."""
     name = f"t-{uuid.uuid4().hex[:8]}"
+
+    def create() -> bool:
+        # Right after a node fault a client may still wait on the dead node as the
+        # controller its metadata names (and time out): a fresh client asks again.
+        admin = cluster.admin()  # held until the result: a dropped client cancels it
+        try:
+            admin.create_topics(
+                [NewTopic(name, num_partitions=1, replica_assignment=[replicas])])[name].result(30)
+        except KafkaException as exc:
+            return exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+        return True
+
+    assert _until(create, 90), f"could not create topic {name}"
     admin = cluster.admin()
-    admin.create_topics([NewTopic(name, num_partitions=1, replica_assignment=[replicas])])[name].result(30)
     _until(lambda: (p := _partition(admin, name)) and len(p.isrs) == len(replicas))
     return name
 
