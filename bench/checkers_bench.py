@@ -31,7 +31,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checkers.synth import Shape, synthesize_file  # noqa: E402
+from onceproof.checkers.synth import Shape, synthesize_file  # noqa: E402
 
 SIZES = {"1m": 1_000_000, "10m": 10_000_000}
 
@@ -121,8 +121,8 @@ def pandas_checks(tables: Path) -> dict[str, int]:
 def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
     """Synthesize, convert and check one history of about `target` events; print and
     return its figures."""
-    from checkers import check
-    from checkers.load import convert, is_converted
+    from onceproof.checkers import check
+    from onceproof.checkers.load import convert, is_converted
     work.mkdir(parents=True, exist_ok=True)
     jsonl, tables = work / "history.jsonl", work / "tables"
     print(f"checkers bench: ~{target:,} events, seed {seed}, in {work}", flush=True)
@@ -201,8 +201,8 @@ def main(argv=None) -> int:
         ap.error("--events takes sizes such as 1m, 10m or 250000")
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
-    from checkers import check
-    from checkers.spark import session
+    from onceproof.checkers import check
+    from onceproof.checkers.spark import session
     spark, _ = timed("start Spark", session, args.master)
     # One small check on Spark first, so no timed run pays for JIT and worker start.
     small = root / "warmup.jsonl"

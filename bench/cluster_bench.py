@@ -15,9 +15,9 @@ import statistics
 import tempfile
 import time
 
-from harness import procs
-from harness.cluster import Cluster
-from harness.provision import ensure_kafka, ensure_toxiproxy
+from onceproof.cluster import procs
+from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.provision import ensure_kafka, ensure_toxiproxy
 
 
 def main() -> None:

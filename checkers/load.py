@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from harness.history import NEMESIS, HistoryError
+from .history import NEMESIS, HistoryError
 
 from .parse import events_table, scalar_frame
 from .tables import (ABORTED, COMMITTED, FAILED, READ_COMMITTED, READ_UNCOMMITTED, SCHEMAS,

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pj
 
-from harness.history import EVENT_TYPES, NEMESIS, HistoryError, read_events
+from .history import EVENT_TYPES, NEMESIS, HistoryError, read_events
 
 I, S = pa.int64(), pa.string()
 RECORD = pa.struct([("topic", S), ("partition", I), ("key", S), ("value", I),

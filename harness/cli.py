@@ -9,12 +9,12 @@ import sys
 
 import click
 
-from .errors import SetupError
+from onceproof.errors import SetupError
 
 
 class _Group(click.Group):
     def invoke(self, ctx):
-        from workloads.plan import PlanError
+        from onceproof.workloads.plan import PlanError
         try:
             return super().invoke(ctx)
         except (SetupError, PlanError) as exc:
@@ -41,7 +41,7 @@ def main() -> None:
 
 
 def _default_cluster_dir() -> str:
-    from .provision import cache_dir
+    from onceproof.cluster.provision import cache_dir
     return str(cache_dir() / "clusters" / "default")
 
 
@@ -64,7 +64,7 @@ def cluster() -> None:
 @cluster_dir_option
 def up(nodes: int, kafka_version: str | None, root: str) -> None:
     """Start a cluster that keeps running after this command returns."""
-    from . import cluster as cl
+    from onceproof.cluster import cluster as cl
     if cl.status(root).get("running"):
         raise SetupError(f"a cluster is already running in {root}; "
                          f"stop it with `onceproof cluster down --dir {root}`")
@@ -78,7 +78,7 @@ def up(nodes: int, kafka_version: str | None, root: str) -> None:
 @cluster_dir_option
 def down(root: str) -> None:
     """Stop the cluster started by `onceproof cluster up`."""
-    from . import cluster as cl
+    from onceproof.cluster import cluster as cl
     stopped = cl.stop_detached(root)
     click.echo(f"stopped {stopped} processes" if stopped else f"no cluster running in {root}")
 
@@ -93,7 +93,7 @@ def status(root: str, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from . import cluster as cl
+    from onceproof.cluster import cluster as cl
     st = cl.status(root)
     if as_json:
         click.echo(_json.dumps(st, indent=1))
@@ -129,7 +129,7 @@ artifacts_option = click.option("--artifacts", default="artifacts", show_default
 def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):
     from pathlib import Path
 
-    from .cluster import Cluster
+    from onceproof.cluster.cluster import Cluster
     return Cluster(Path(artifacts) / "cluster", nodes, kafka_version)
 
 
@@ -147,10 +147,10 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
     import json
     from pathlib import Path
 
-    from checkers.spark import session
-    from workloads.plan import PlanError, load
+    from onceproof.checkers.spark import session
+    from onceproof.workloads.plan import PlanError, load
 
-    from .trial import run_trial
+    from onceproof.trial import run_trial
     path = Path(plan_file)
     folder = path if path.is_dir() else path.parent
     try:
@@ -198,10 +198,10 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
     from rich.console import Console
     from rich.table import Table
 
-    from checkers.spark import session
-    from workloads.suites import SUITES
+    from onceproof.checkers.spark import session
+    from onceproof.workloads.suites import SUITES
 
-    from .hunt import as_row, hunt
+    from onceproof.search import as_row, hunt
     unknown = set(only) - set(SUITES)
     if unknown:
         raise SetupError(f"no suite {', '.join(sorted(unknown))}: suites are {', '.join(SUITES)}")
@@ -237,7 +237,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
 @kafka_version_option
 def install(kafka_version: str | None) -> None:
     """Fetch Kafka (Maven Central) and toxiproxy (Go module proxy) into the cache."""
-    from .provision import ensure_kafka, ensure_toxiproxy
+    from onceproof.cluster.provision import ensure_kafka, ensure_toxiproxy
     dist = ensure_kafka(kafka_version)
     binary = ensure_toxiproxy()
     click.echo(f"Kafka {dist.version}: {dist.libs}\ntoxiproxy: {binary}")
@@ -260,7 +260,7 @@ def install(kafka_version: str | None) -> None:
 def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, kafka_version,
                 spark_master) -> None:
     """Generate a workload, run it on a local cluster under faults, check it, report."""
-    from .job import JobOptions, run_job
+    from onceproof.run_job import JobOptions, run_job
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out))
     sys.exit(code)
@@ -274,9 +274,9 @@ def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, k
 def check_command(history: str, spark_master: str | None, json_out: str | None) -> None:
     """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
     Exit 0: valid; 1: anomalies; 2: the history could not be checked."""
-    from checkers.render import run_check
+    from onceproof.checkers.render import run_check
 
-    from .history import HistoryError
+    from onceproof.checkers.history import HistoryError
     try:
         code = run_check(history, spark_master, json_out)
     except HistoryError as exc:
@@ -289,8 +289,8 @@ def check_command(history: str, spark_master: str | None, json_out: str | None) 
 def report_command(folder: str) -> None:
     """Write FOLDER/report.html from a run folder's history.jsonl (and verdict.json and
     plan.json when present): one page to open in a browser."""
-    from .history import HistoryError
-    from .report import write_report
+    from onceproof.checkers.history import HistoryError
+    from onceproof.report.page import write_report
     try:
         path = write_report(folder)
     except HistoryError as exc:

@@ -79,7 +79,7 @@ def artifacts_dir(pytestconfig: pytest.Config) -> Path:
 
 @pytest.fixture(scope="session")
 def session_cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory):
-    from harness.cluster import Cluster
+    from onceproof.cluster.cluster import Cluster
     root = tmp_path_factory.mktemp("cluster")
     with Cluster(root, pytestconfig.getoption("--nodes"),
                  pytestconfig.getoption("--kafka-version")) as cluster:
@@ -98,7 +98,7 @@ def cluster(session_cluster):
 
 @pytest.fixture(scope="session")
 def onceproof_spark(pytestconfig: pytest.Config):
-    from checkers.spark import session
+    from onceproof.checkers.spark import session
     return session(pytestconfig.getoption("--spark-master"))
 
 
@@ -112,7 +112,7 @@ class Trials:
 
     def __init__(self, name, cluster, spark, artifacts: Path, budget: float,
                  deadline: float | None = None):
-        from harness.trial import Counterexamples
+        from onceproof.trial import Counterexamples
         self.name, self.cluster, self.spark, self.budget = name, cluster, spark, budget
         self.deadline = deadline
         self.scratch = artifacts / "trials" / name
@@ -122,7 +122,7 @@ class Trials:
 
     def run(self, plan: dict):
         """Run plan; return the Trial, or None when the shrink budget is spent."""
-        from harness.trial import run_trial
+        from onceproof.trial import run_trial
         if self.failed_at is not None and time.monotonic() - self.failed_at > self.budget:
             return None
         if out_of_time(self.deadline, self.name, self.count):

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.plan import save, size
+from onceproof.workloads.plan import save, size
 
-from .cluster import Cluster
-from .runner import run
+from onceproof.cluster.cluster import Cluster
+from onceproof.run.execute import run
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Trial:
 
 def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark=None,
               on_step=None) -> Trial:
-    from checkers import check
+    from onceproof.checkers import check
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save(plan, folder / "plan.json")

@@ -7,5 +7,5 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    from checkers.spark import session
+    from onceproof.checkers.spark import session
     return session()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.history import HistoryWriter
+from onceproof.checkers.history import HistoryWriter
 
 RC, RU = "read_committed", "read_uncommitted"
 
@@ -146,7 +146,7 @@ class History:
 def verdict(h: History, spark=None):
     """Close the history and check it: on Spark when given a session, else with the
     same checks run locally in pandas (checkers/engine.py)."""
-    from checkers import check
+    from onceproof.checkers import check
     return check(h.close(), spark=spark, local=spark is None)
 
 

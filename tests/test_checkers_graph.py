@@ -9,8 +9,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers import graph
-from checkers.cycles import RW, WR, WW, find_cycles, solvable
+from onceproof.checkers import graph
+from onceproof.checkers.cycles import RW, WR, WW, find_cycles, solvable
 from histories import History, example, found, verdict
 
 

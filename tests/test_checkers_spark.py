@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from checkers import Verdict, check, engine
-from checkers.anomaly import TYPES
-from checkers.load import convert, read_parquet
-from checkers.verdict import FAMILIES
-from harness.cli import main
+from onceproof.checkers import Verdict, check, engine
+from onceproof.checkers.anomaly import TYPES
+from onceproof.checkers.load import convert, read_parquet
+from onceproof.checkers.verdict import FAMILIES
+from onceproof.cli import main
 from histories import RU, History
 
 
@@ -163,7 +163,7 @@ def test_tasks_never_split_a_partition(spark, tmp_path):
 
 
 def test_a_family_alone_is_a_spark_dataframe(sink, spark, tmp_path):
-    from checkers import log_values
+    from onceproof.checkers import log_values
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
     df = log_values.find(tables)
     assert set(df.columns) >= {"type", "severity", "process", "op", "topic", "partition",

@@ -3,8 +3,8 @@ acknowledged writes with acks=1, was truncated when it rejoined, and the final r
 the partition empty. The watermarks alone show the loss."""
 from __future__ import annotations
 
-from checkers import check
-from harness.history import HistoryWriter
+from onceproof.checkers import check
+from onceproof.checkers.history import HistoryWriter
 
 
 def _history(path, high: int):

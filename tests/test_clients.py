@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from harness import clients
-from harness.history import HistoryWriter, read_events
-from harness.runner import _create_topics
+from onceproof.run import clients
+from onceproof.checkers.history import HistoryWriter, read_events
+from onceproof.run.execute import _create_topics
 
 pytestmark = pytest.mark.cluster
 
@@ -65,7 +65,7 @@ def test_bounded_gives_up_on_a_call_that_outlives_its_timeout(monkeypatch):
 
 def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
         cluster, tmp_path, monkeypatch):
-    from harness import runner
+    from onceproof.run import execute as runner
     monkeypatch.setattr(runner, "ROUND_TIMEOUT", 3.0)
     plan = {"topics": {"t": {"partitions": 1}},
             "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"}},

@@ -192,7 +192,7 @@ def test_slicer_keeps_data_intact(cluster):
 def test_kill_and_restart_a_node(cluster):
     victim = cluster.topology.nodes[-1]
     cluster.kill(victim)
-    from harness import procs
+    from onceproof.cluster import procs
     assert not procs.alive(cluster.pids[f"node{victim}"])
     topic = _topic(cluster, [n for n in cluster.topology.nodes if n != victim])
     assert _produce(cluster.bootstrap, topic, [b"while-down"]) == [None]
@@ -202,7 +202,7 @@ def test_kill_and_restart_a_node(cluster):
 
 
 def test_pause_and_resume_a_node(cluster):
-    from harness import procs
+    from onceproof.cluster import procs
     victim = cluster.topology.nodes[0]
     cluster.pause(victim)
     assert procs.paused(cluster.pids[f"node{victim}"])
@@ -212,7 +212,7 @@ def test_pause_and_resume_a_node(cluster):
 
 
 def test_toxiproxy_dying_is_survived_with_faults_reapplied(cluster):
-    from harness import procs
+    from onceproof.cluster import procs
     events = []
     cluster.on_event = lambda f, value: events.append(f)
     try:

@@ -16,13 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.provision import DEFAULT_KAFKA_VERSION, TESTED_KAFKA_VERSIONS
+from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION, TESTED_KAFKA_VERSIONS
 
 pytestmark = pytest.mark.cluster
 
 HARNESS = """
 import sys, time
-from harness.cluster import Cluster
+from onceproof.cluster.cluster import Cluster
 c = Cluster(sys.argv[1], 3, sys.argv[2] if len(sys.argv) > 2 else None)
 with c:
     print("READY", flush=True)

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
-from checkers.load import flatten
-from checkers.parse import events_table
-from harness.history import HistoryError, HistoryWriter, read_events
+from onceproof.checkers.load import flatten
+from onceproof.checkers.parse import events_table
+from onceproof.checkers.history import HistoryError, HistoryWriter, read_events
 
 
 def _write_sample(path):

@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from harness.history import read_events
-from workloads.plan import save
+from onceproof.checkers.history import read_events
+from onceproof.workloads.plan import save
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from workloads.strategies import ALL_FAULTS, plans
+from onceproof.workloads.strategies import ALL_FAULTS, plans
 
 pytestmark = pytest.mark.cluster
 

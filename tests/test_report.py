@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from harness import report_faults
-from harness.cli import main
-from harness.history import HistoryWriter
-from harness.report import write_report
-from harness.report_history import load
-from harness.report_text import DEFINITIONS
+from onceproof.report import faults as report_faults
+from onceproof.cli import main
+from onceproof.checkers.history import HistoryWriter
+from onceproof.report.page import write_report
+from onceproof.report.history import load
+from onceproof.report.text import DEFINITIONS
 
 CHROMIUM = Path("/usr/bin/chromium")
 DUP = 7  # the value the verdict calls duplicated
@@ -245,8 +245,8 @@ def test_truncated_last_line_is_skipped(tmp_path):
 
 
 def test_definitions_cover_every_anomaly_type():
-    from checkers.anomaly import COLUMNS, TYPES
-    from harness.report import EXAMPLE_FIELDS
+    from onceproof.checkers.anomaly import COLUMNS, TYPES
+    from onceproof.report.page import EXAMPLE_FIELDS
     assert tuple(DEFINITIONS) == TYPES
     assert EXAMPLE_FIELDS == COLUMNS
 

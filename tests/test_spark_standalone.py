@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from checkers import check
-from checkers.synth import inject, synthesize, write_history
+from onceproof.checkers import check
+from onceproof.checkers.synth import inject, synthesize, write_history
 
 pytestmark = pytest.mark.spark_cluster
 
@@ -122,7 +122,7 @@ def standalone(tmp_path):
 
 _REMOTE = """
 import sys
-from checkers import check
+from onceproof.checkers import check
 verdict = check(sys.argv[1], spark_master=sys.argv[2], local=False)
 open(sys.argv[3], "w").write(verdict.to_json())
 """

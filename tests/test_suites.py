@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from harness.hunt import hunt
-from workloads.suites import SUITES
+from onceproof.search import hunt
+from onceproof.workloads.suites import SUITES
 
 pytestmark = pytest.mark.cluster
 

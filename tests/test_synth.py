@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from checkers import synth
-from checkers.synth import RC, RU, Shape, inject, synthesize
+from onceproof.checkers import synth
+from onceproof.checkers.synth import RC, RU, Shape, inject, synthesize
 
 SEEDS = range(8)
 

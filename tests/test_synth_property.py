@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers import check
-from checkers.synth import ANOMALIES, IMPLIES, NOTES, Shape, inject, synthesize, write_history
+from onceproof.checkers import check
+from onceproof.checkers.synth import ANOMALIES, IMPLIES, NOTES, Shape, inject, synthesize, write_history
 
 _NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 EXAMPLES = int(os.environ.get("ONCEPROOF_SYNTH_EXAMPLES") or (300 if _NIGHTLY else 25))

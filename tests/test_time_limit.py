@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import pytest_plugin
-from harness.hunt import hunt
-from workloads.suites import SUITES
+from onceproof import pytest_plugin
+from onceproof.search import hunt
+from onceproof.workloads.suites import SUITES
 
 PLAN = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
         "steps": [{"ops": {"p0": {"f": "send"}}}]}

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.topology import Topology
+from onceproof.cluster.topology import Topology
 
 
 def test_every_node_to_node_link_has_its_own_proxy():
@@ -65,7 +65,7 @@ def test_missing_java_is_one_clear_line(tmp_path):
 
 def test_cluster_ids_never_start_with_a_dash():
     # kafka-storage's parser reads "-t -abc..." as a missing argument and the format fails.
-    from harness.topology import new_cluster_id
+    from onceproof.cluster.topology import new_cluster_id
     ids = [new_cluster_id() for _ in range(3000)]
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(i) == 22 for i in ids)

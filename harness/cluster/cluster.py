@@ -27,11 +27,11 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from . import procs
-from .errors import SetupError
-from .provision import KafkaDist, ensure_kafka, ensure_toxiproxy
-from .topology import HOST, Link, Topology
-from .toxi import Toxi
+from onceproof.cluster import procs
+from onceproof.errors import SetupError
+from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_toxiproxy
+from onceproof.cluster.topology import HOST, Link, Topology
+from onceproof.cluster.toxi import Toxi
 
 JVM_OPTS = [
     # Three JVMs, toxiproxy and Spark share two cores: small heaps, and C1 only, because

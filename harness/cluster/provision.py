@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SetupError
+from onceproof.errors import SetupError
 
 DEFAULT_KAFKA_VERSION = "4.3.1"
 # The versions the test suite runs against; others that Maven Central serves may work.

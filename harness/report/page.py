@@ -21,10 +21,12 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import report_faults, report_plots
-from .history import NEMESIS
-from .report_history import History, load
-from .report_text import DEFINITIONS, summary
+from onceproof.report import faults as report_faults
+
+from onceproof.report import plots as report_plots
+from onceproof.checkers.history import NEMESIS
+from onceproof.report.history import History, load
+from onceproof.report.text import DEFINITIONS, summary
 
 FIRST_OPS = 300
 CONTEXT = 2  # neighbours of a linked op shown on each side, per process and overall
@@ -103,7 +105,7 @@ def _read_verdict(path: Path) -> dict | None:
 
 
 def _template() -> jinja2.Template:
-    text = resources.files("harness").joinpath("templates/report.html").read_text("utf-8")
+    text = resources.files("onceproof.report").joinpath("templates/report.html").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True,
                              undefined=jinja2.StrictUndefined)
     return env.from_string(text)

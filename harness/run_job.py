@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from workloads.generate import draw_plans
-from workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
+from onceproof.workloads.generate import draw_plans
+from onceproof.workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
 
-from .cluster import Cluster
-from .trial import keep_logs, run_trial
+from onceproof.cluster.cluster import Cluster
+from onceproof.trial import keep_logs, run_trial
 
 FAULT_SETS = {"mixed": ALL_FAULTS, "net": NET_FAULTS, "node": NODE_FAULTS, "none": ()}
 
@@ -43,7 +43,7 @@ class JobOptions:
 
 def fault_kinds(spec: str) -> tuple[str, ...]:
     """A named set (mixed, net, node, none) or a comma-separated list of fault kinds."""
-    from .errors import SetupError
+    from onceproof.errors import SetupError
     if spec in FAULT_SETS:
         return FAULT_SETS[spec]
     kinds = tuple(k.strip() for k in spec.split(",") if k.strip())
@@ -55,12 +55,12 @@ def fault_kinds(spec: str) -> tuple[str, ...]:
 
 
 def run_job(opts: JobOptions, console: Console | None = None) -> int:
-    from checkers.spark import session
+    from onceproof.checkers.spark import session
 
-    from .errors import SetupError
-    from .report import write_report
+    from onceproof.errors import SetupError
+    from onceproof.report.page import write_report
     console = console or Console()
-    from .provision import kafka_version
+    from onceproof.cluster.provision import kafka_version
     # Every input is checked before anything slow starts (Spark, the cluster).
     kafka_version(opts.kafka_version)
     if opts.workload not in WORKLOADS:
@@ -111,7 +111,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
 
 
 def _finish_folder(trial, cluster: Cluster) -> None:
-    from checkers.load import convert
+    from onceproof.checkers.load import convert
     convert(trial.folder / "history.jsonl", trial.folder / "history.parquet")
     keep_logs(cluster, trial.folder)
 

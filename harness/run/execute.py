@@ -25,11 +25,11 @@ from typing import Callable
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from .clients import CLIENTS, RunContext, TopicConsumer
-from .cluster import Cluster
-from .errors import SetupError
-from .history import HistoryWriter
-from workloads.plan import PlanError, validate
+from onceproof.run.clients import CLIENTS, RunContext, TopicConsumer
+from onceproof.cluster.cluster import Cluster
+from onceproof.errors import SetupError
+from onceproof.checkers.history import HistoryWriter
+from onceproof.workloads.plan import PlanError, validate
 
 SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from .history import NEMESIS, HistoryError, read_events
+from onceproof.checkers.history import NEMESIS, HistoryError, read_events
 
 SCALARS = pa.schema([
     ("index", pa.int64()), ("op", pa.int64()), ("process", pa.string()),

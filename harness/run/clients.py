@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import (Consumer, KafkaError, KafkaException,
                              Producer, TopicPartition)
 
-from .history import HistoryWriter
-from .outcomes import commit_outcome, describe, error_of, send_outcome
+from onceproof.checkers.history import HistoryWriter
+from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
 
 QUIET = {"log_level": 0, "log.connection.close": False}
 OP_TIMEOUT = 20.0
@@ -98,7 +98,7 @@ def bounded(call, *args, timeout: float | None = None):
 
 
 def _producer_config(ctx: RunContext, plan: dict, spec: dict, extra: dict | None = None) -> dict:
-    from workloads.plan import DEFAULT_PRODUCER
+    from onceproof.workloads.plan import DEFAULT_PRODUCER
     return {**DEFAULT_PRODUCER, **plan.get("producer", {}), **spec.get("config", {}),
             **(extra or {}), "bootstrap.servers": ctx.bootstrap, **QUIET}
 
@@ -295,7 +295,7 @@ class TopicConsumer(Client):
 
     def __init__(self, *a, topic: str | None = None, final: bool = False):
         super().__init__(*a)
-        from workloads.plan import DEFAULT_CONSUMER
+        from onceproof.workloads.plan import DEFAULT_CONSUMER
         self.topic = topic or self.topic
         self.final = final
         self.group = f"{self.spec.get('group', self.cid)}-{self.ctx.suffix}"
@@ -414,7 +414,7 @@ class Pipeline(TxnProducer):
 
     def __init__(self, *a):
         super().__init__(*a)
-        from workloads.plan import DEFAULT_PIPELINE
+        from onceproof.workloads.plan import DEFAULT_PIPELINE
         self.config = {**DEFAULT_PIPELINE, **self.spec.get("pipeline", {})}
         self.input, self.output = self.spec["input"], self.spec["output"]
         self._new_consumer()

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .report_faults import Window  # noqa: E402
+from onceproof.report.faults import Window  # noqa: E402
 
 OUTCOME_COLORS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e"}
 FAULT_COLORS = {"network": "#1f77b4", "node": "#9467bd", "other": "#7f7f7f"}

@@ -14,7 +14,7 @@ import toxiproxy.server
 from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
-from .errors import SetupError
+from onceproof.errors import SetupError
 
 
 class ToxiproxyError(SetupError):
