@@ -31,7 +31,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from onceproof.checkers.synth import Shape, synthesize_file  # noqa: E402
+from onceproof.checkers.synth import Shape, synthesize_file
 
 SIZES = {"1m": 1_000_000, "10m": 10_000_000}
 
@@ -62,7 +62,7 @@ class PeakRSS:
                 pass
             self._stop.wait(0.05)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._thread.start()
         return self
 

@@ -12,7 +12,6 @@ import pandas as pd
 from .partlog import PartitionLog
 from .tables import COMMITTED, READ_COMMITTED
 
-
 _NONE = np.iinfo(np.int64).min  # stands for a missing value in integer arrays
 
 

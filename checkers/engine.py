@@ -152,8 +152,9 @@ def partition_pass(tables, families) -> DataFrame:
 def local_pass(directory, families) -> pd.DataFrame:
     """The same pass without Spark, in this process. For small histories, where
     Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
-    import pyarrow.parquet as pq
     from pathlib import Path
+
+    import pyarrow.parquet as pq
     steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper=_ARROW_TYPES)
     return run_all(steps, families)
 

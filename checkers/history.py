@@ -12,8 +12,9 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
@@ -53,7 +54,7 @@ class HistoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "w", encoding="utf-8")
 
-    def __enter__(self) -> "HistoryWriter":
+    def __enter__(self) -> HistoryWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -203,7 +204,7 @@ def _check_value(f: str, value: dict, where: str) -> None:
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, is_last_nonblank) for each non-blank line."""
-    with open(path, "r", encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:
         previous = None
         for lineno, text in enumerate(fh, start=1):
             if not text.strip():

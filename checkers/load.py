@@ -24,10 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .history import NEMESIS, HistoryError
-
 from .parse import events_table, scalar_frame
-from .tables import (ABORTED, COMMITTED, FAILED, READ_COMMITTED, READ_UNCOMMITTED, SCHEMAS,
-                     TABLES, UNKNOWN)
+from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, READ_UNCOMMITTED, SCHEMAS, TABLES, UNKNOWN
 
 MANIFEST = "manifest.json"
 FORMAT = 2
@@ -185,8 +183,8 @@ def _txns(ops: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("txn").reset_index()
 
 
-def _prove(txns: pd.DataFrame, polls: "PollSpool", ops_t: pa.Table, ops_index: pd.Index,
-           written: "_WriteIndex") -> pd.DataFrame:
+def _prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index,
+           written: _WriteIndex) -> pd.DataFrame:
     """txns with each unknown transaction that a read_committed poll saw made committed.
 
     A read_committed reader sees a transaction's records only after its commit marker,
@@ -493,15 +491,15 @@ def _convert(path: Path, out: Path, spool: Path) -> dict:
     n_steps = steps.finish(out / "steps.parquet")
     partitions = _distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
     return {
-        "events": int(len(ev)),
-        "ops": int(len(ops)),
+        "events": len(ev),
+        "ops": len(ops),
         "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
         "ops_by_type": {k: int(v) for k, v in ops["type"].value_counts().sort_index().items()},
         "incomplete_ops": int(ops["complete_index"].isna().sum()),
         "writes": writes.num_rows, "reads": n_reads,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
-        "faults": int(len(frames["faults"])),
+        "faults": len(frames["faults"]),
         "steps": n_steps,
         "partitions": partitions.num_rows,
     }
@@ -678,8 +676,7 @@ def is_converted(path: str | Path) -> bool:
 
 def spark_schema(name: str):
     """The Spark schema of table `name` (all columns nullable)."""
-    from pyspark.sql.types import (BooleanType, LongType, StringType, StructField,
-                                   StructType)
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
     types = {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType()}
     return StructType([StructField(f.name, types[f.type]) for f in SCHEMAS[name]])
 

@@ -90,7 +90,7 @@ def key_of(value: int) -> str:
 class _Log:
     """One partition: parallel arrays keep ten million events within a few hundred MB."""
 
-    __slots__ = ("values", "kinds")
+    __slots__ = ("kinds", "values")
 
     def __init__(self) -> None:
         self.values = array("q")

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import (anomaly, consumption, cycles, engine, groups, isolation, log_values, loss,
-               ordering, pipeline)
+from . import anomaly, consumption, cycles, engine, groups, isolation, log_values, loss, ordering, pipeline
 from .load import convert, is_converted, read_parquet
 
 # Below this many steps (reads + writes + position changes + ...) a history is checked
@@ -39,7 +38,7 @@ class Verdict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Verdict":
+    def from_dict(cls, d: dict) -> Verdict:
         return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})))
@@ -133,7 +132,7 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     order = sorted(per_type, key=_order)
     stats = dict(tables.stats)
     stats["check_seconds"] = round(time.perf_counter() - started, 3)
-    stats["anomalies"] = int(len(found))
+    stats["anomalies"] = len(found)
     stats["engine"] = "local" if local else "spark"
     return Verdict(valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},

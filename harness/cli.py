@@ -148,9 +148,8 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
     from pathlib import Path
 
     from onceproof.checkers.spark import session
-    from onceproof.workloads.plan import PlanError, load
-
     from onceproof.trial import run_trial
+    from onceproof.workloads.plan import PlanError, load
     path = Path(plan_file)
     folder = path if path.is_dir() else path.parent
     try:
@@ -199,9 +198,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
     from rich.table import Table
 
     from onceproof.checkers.spark import session
-    from onceproof.workloads.suites import SUITES
-
     from onceproof.search import as_row, hunt
+    from onceproof.workloads.suites import SUITES
     unknown = set(only) - set(SUITES)
     if unknown:
         raise SetupError(f"no suite {', '.join(sorted(unknown))}: suites are {', '.join(SUITES)}")
@@ -274,9 +272,8 @@ def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, k
 def check_command(history: str, spark_master: str | None, json_out: str | None) -> None:
     """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
     Exit 0: valid; 1: anomalies; 2: the history could not be checked."""
-    from onceproof.checkers.render import run_check
-
     from onceproof.checkers.history import HistoryError
+    from onceproof.checkers.render import run_check
     try:
         code = run_check(history, spark_master, json_out)
     except HistoryError as exc:

@@ -173,4 +173,4 @@ def pytest_terminal_summary(terminalreporter) -> None:
             "yes" if r.caught else "NO")
         first = f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-"
         tr.write_line(f"{r.suite:28} {r.expect[:22]:22} {caught:7} {r.examples:>8} {first:>14} "
-                      f"{str(r.shrunk_size or '-'):>11} {r.reproduced:>10}")
+                      f"{r.shrunk_size or '-'!s:>11} {r.reproduced:>10}")

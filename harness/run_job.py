@@ -18,11 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
-
 from onceproof.cluster.cluster import Cluster
 from onceproof.trial import keep_logs, run_trial
+from onceproof.workloads.generate import draw_plans
+from onceproof.workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
 
 FAULT_SETS = {"mixed": ALL_FAULTS, "net": NET_FAULTS, "node": NODE_FAULTS, "none": ()}
 
@@ -56,7 +55,6 @@ def fault_kinds(spec: str) -> tuple[str, ...]:
 
 def run_job(opts: JobOptions, console: Console | None = None) -> int:
     from onceproof.checkers.spark import session
-
     from onceproof.errors import SetupError
     from onceproof.report.page import write_report
     console = console or Console()

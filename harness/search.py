@@ -16,11 +16,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
-from onceproof.workloads.plan import load, size
-from onceproof.workloads.suites import Suite
-
 from onceproof.cluster.cluster import Cluster
 from onceproof.trial import Counterexamples, Trial, run_trial
+from onceproof.workloads.plan import load, size
+from onceproof.workloads.suites import Suite
 
 
 @dataclass

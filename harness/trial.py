@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from onceproof.workloads.plan import save, size
-
 from onceproof.cluster.cluster import Cluster
 from onceproof.run.execute import run
+from onceproof.workloads.plan import save, size
 
 
 @dataclass

@@ -28,7 +28,7 @@ class History:
         self.base = 0
         self.w = HistoryWriter(self.path)
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc) -> None:

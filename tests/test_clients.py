@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from onceproof.run import clients
 from onceproof.checkers.history import HistoryWriter, read_events
+from onceproof.run import clients
 from onceproof.run.execute import _create_topics
 
 pytestmark = pytest.mark.cluster

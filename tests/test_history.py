@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
+from onceproof.checkers.history import HistoryError, HistoryWriter, read_events
 from onceproof.checkers.load import flatten
 from onceproof.checkers.parse import events_table
-from onceproof.checkers.history import HistoryError, HistoryWriter, read_events
 
 
 def _write_sample(path):
@@ -147,7 +147,7 @@ def test_invoke_without_completion_counts_as_info(tmp_path):
     path = _write_sample(tmp_path / "h.jsonl")
     ops = flatten(path)[0]["ops"].to_pandas()
     last = ops[ops["op"] == 3].iloc[0]
-    assert last["type"] == "info" and last["complete_index"] is None or \
+    assert (last["type"] == "info" and last["complete_index"] is None) or \
         last["complete_index"] != last["complete_index"]
 
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from onceproof.report import faults as report_faults
-from onceproof.cli import main
 from onceproof.checkers.history import HistoryWriter
-from onceproof.report.page import write_report
+from onceproof.cli import main
+from onceproof.report import faults as report_faults
 from onceproof.report.history import load
+from onceproof.report.page import write_report
 from onceproof.report.text import DEFINITIONS
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -28,10 +28,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceproof.cluster import procs
-from onceproof.errors import SetupError
 from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_toxiproxy
 from onceproof.cluster.topology import HOST, Link, Topology
 from onceproof.cluster.toxi import Toxi
+from onceproof.errors import SetupError
 
 JVM_OPTS = [
     # Three JVMs, toxiproxy and Spark share two cores: small heaps, and C1 only, because
@@ -80,7 +80,7 @@ class Cluster:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def up(self, timeout: float = 180.0) -> "Cluster":
+    def up(self, timeout: float = 180.0) -> Cluster:
         if self.n < 1:
             raise SetupError(f"a cluster needs at least 1 node, not {self.n}")
         self.dist = ensure_kafka(self.requested_version)
@@ -109,7 +109,7 @@ class Cluster:
             procs.kill(self.pids.pop(name))
         self.save_state()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self.up()
 
     def __exit__(self, *exc) -> None:

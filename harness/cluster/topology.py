@@ -69,7 +69,7 @@ class Topology:
     cluster_id: str = field(default_factory=lambda: new_cluster_id())
 
     @classmethod
-    def allocate(cls, n: int) -> "Topology":
+    def allocate(cls, n: int) -> Topology:
         nodes = list(range(1, n + 1))
         pick = portpicker.pick_unused_port
         ports = {i: NodePorts(pick(), {j: pick() for j in nodes}, {j: pick() for j in nodes})

@@ -21,10 +21,9 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from onceproof.report import faults as report_faults
-
-from onceproof.report import plots as report_plots
 from onceproof.checkers.history import NEMESIS
+from onceproof.report import faults as report_faults
+from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
 from onceproof.report.text import DEFINITIONS, summary
 

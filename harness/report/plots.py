@@ -13,11 +13,11 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from onceproof.report.faults import Window  # noqa: E402
+from onceproof.report.faults import Window
 
 OUTCOME_COLORS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e"}
 FAULT_COLORS = {"network": "#1f77b4", "node": "#9467bd", "other": "#7f7f7f"}

@@ -12,8 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import (Consumer, KafkaError, KafkaException,
-                             Producer, TopicPartition)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from onceproof.checkers.history import HistoryWriter
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome

@@ -19,16 +19,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from onceproof.run.clients import CLIENTS, RunContext, TopicConsumer
+from onceproof.checkers.history import HistoryWriter
 from onceproof.cluster.cluster import Cluster
 from onceproof.errors import SetupError
-from onceproof.checkers.history import HistoryWriter
+from onceproof.run.clients import CLIENTS, RunContext, TopicConsumer
 from onceproof.workloads.plan import PlanError, validate
 
 SETTLE_TIMEOUT = 60.0
