@@ -6,7 +6,7 @@
 Steps, each timed:
 1. synthesize a valid history of about N events with checkers/synth.py, streamed to
    JSONL (the model keeps compact per-partition arrays, never the events);
-2. convert it once to the checkers' Parquet tables (checkers.load.convert);
+2. convert it once to the checkers' Parquet tables (checkers.store.convert);
 3. the full check suite on those tables (checkers.check), in one SparkSession;
 4. a Spark job that only scans the same Parquet (every column of every table);
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
@@ -122,7 +122,7 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
     """Synthesize, convert and check one history of about `target` events; print and
     return its figures."""
     from onceproof.checkers import check
-    from onceproof.checkers.load import convert, is_converted
+    from onceproof.checkers.store import convert, is_converted
     work.mkdir(parents=True, exist_ok=True)
     jsonl, tables = work / "history.jsonl", work / "tables"
     print(f"checkers bench: ~{target:,} events, seed {seed}, in {work}", flush=True)

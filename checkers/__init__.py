@@ -1,4 +1,5 @@
-"""PySpark checkers: history -> Verdict (docs/checkers.md defines every anomaly)."""
+"""Checkers: history -> Verdict (docs/checkers.md defines every anomaly), in pandas,
+on Spark for large histories."""
 from .verdict import Verdict, check
 
 __all__ = ["Verdict", "check"]

@@ -11,16 +11,14 @@ checkers/cycles.py).
 from __future__ import annotations
 
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+import pyarrow as pa
 
 VIOLATION, NOTE = "violation", "note"
 
 COLUMNS = ("type", "severity", "process", "op", "topic", "partition", "offset", "value",
            "txn", "detail")
-_LONG = {"op", "partition", "offset", "value"}
-SCHEMA = StructType([StructField(c, LongType() if c in _LONG else StringType())
-                     for c in COLUMNS])
+LONGS = frozenset({"op", "partition", "offset", "value"})
+SCHEMA = pa.schema([(c, pa.int64() if c in LONGS else pa.string()) for c in COLUMNS])
 
 # Every anomaly type, in the order a verdict lists them.
 TYPES = (
@@ -35,8 +33,10 @@ TYPES = (
 )
 
 
-def empty(spark) -> DataFrame:
-    return spark.createDataFrame([], SCHEMA)
+def empty(spark):
+    """No anomalies, as a Spark DataFrame."""
+    from .spark import struct_type
+    return spark.createDataFrame([], struct_type(SCHEMA))
 
 
 def num(x) -> int | None:

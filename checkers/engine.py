@@ -18,20 +18,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from . import anomaly
 from .partlog import PartitionLog, log
 
 ANOMALY = "anomaly"
-_FACT_COLUMNS = (("row", StringType()), ("txn2", StringType()), ("kind", StringType()),
-                 ("n1", LongType()), ("n2", LongType()), ("a1", LongType()),
-                 ("a2", LongType()), ("a3", LongType()), ("a4", LongType()),
-                 ("a5", LongType()), ("a6", LongType()))
-OUT_SCHEMA = StructType(list(anomaly.SCHEMA.fields)
-                        + [StructField(n, t) for n, t in _FACT_COLUMNS])
-_LONGS = {f.name for f in OUT_SCHEMA if isinstance(f.dataType, LongType)}
+_S, _I = pa.string(), pa.int64()
+_FACT_COLUMNS = (("row", _S), ("txn2", _S), ("kind", _S), ("n1", _I), ("n2", _I),
+                 ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I))
+OUT_SCHEMA = pa.schema(list(anomaly.SCHEMA) + [pa.field(n, t) for n, t in _FACT_COLUMNS])
+_LONGS = {f.name for f in OUT_SCHEMA if f.type == _I}
 
 
 def conform(df: pd.DataFrame) -> pd.DataFrame:
@@ -103,14 +99,6 @@ def _run(families):
 _ARROW_TYPES = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    return pa.schema([pa.field(f.name, pa.int64() if isinstance(f.dataType, LongType)
-                               else pa.string()) for f in schema])
-
-
-OUT_ARROW = _arrow_schema(OUT_SCHEMA)
-
-
 def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     """Every family on every (topic, partition) of `steps` (conformed OUT_SCHEMA rows)."""
     run = _run(families)
@@ -130,7 +118,7 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
 
 
-def partition_pass(tables, families) -> DataFrame:
+def partition_pass(tables, families):
     """Every family's per-partition rows (OUT_SCHEMA), on Spark.
 
     No shuffle: the converter wrote the steps table as bucket files that each hold
@@ -144,9 +132,10 @@ def partition_pass(tables, families) -> DataFrame:
         steps = pa.Table.from_batches(batches).to_pandas(types_mapper=_ARROW_TYPES)
         out = run_all(steps, families)
         if len(out):
-            yield from pa.Table.from_pandas(out, schema=OUT_ARROW,
+            yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
                                             preserve_index=False).to_batches()
-    return log(tables).mapInArrow(task, OUT_SCHEMA)
+    from .spark import struct_type
+    return log(tables).mapInArrow(task, struct_type(OUT_SCHEMA))
 
 
 def local_pass(directory, families) -> pd.DataFrame:
@@ -178,7 +167,7 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 
 
-def find(tables, families) -> DataFrame:
+def find(tables, families):
     """The families' anomalies as a Spark DataFrame of anomaly.SCHEMA."""
     spark = tables.spark
     found = collect(tables, families)
@@ -188,4 +177,5 @@ def find(tables, families) -> DataFrame:
     rows = [tuple(None if pd.isna(v) else int(v) if is_long else v
                   for v, is_long in zip(r, longs))
             for r in found.itertuples(index=False, name=None)]
-    return spark.createDataFrame(rows, anomaly.SCHEMA)
+    from .spark import struct_type
+    return spark.createDataFrame(rows, struct_type(anomaly.SCHEMA))

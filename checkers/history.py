@@ -1,30 +1,62 @@
 """Histories: the JSON Lines record of what every client saw (format: docs/history.md).
 
-The writer is the only thing the harness needs to record a run; the reader is the
-authority on what a well-formed history is. The checkers' fast loader
-(checkers/load.py) parses with pyarrow and falls back to `read_events` whenever it
-meets anything it does not accept, so that every rejection names a file and a line.
+This module is the contract between the run and the checks: the writer the harness
+records with, the schema of an event, and the one reader, which is the authority on
+what a well-formed history is.
+
+The rules are stated once: the schema EVENT (the fields and their types), the
+truncated-last-line rule (`_complete_length`) and the rules between events
+(`_structure_problem`). Two readers apply them. `events_table`, the fast one, parses
+in C++ with pyarrow against EVENT and checks the rules between events vectorized;
+`read_events`, the per-line one, checks each line against EVENT in Python and then
+the same rules between events, so that it can name the file and line of the first
+problem. The fast reader hands the file to the per-line one whenever it meets
+anything it does not accept: that either names the bad line or accepts the file (it
+takes a non-string key, which EVENT does not), so every rejection names a line.
 """
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.json as pj
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
 NEMESIS = "nemesis"
 
-# Required fields of every event and the JSON types they must have. `value` is
-# described as a field of every event, but a missing one is read as {} so that tools
-# writing `{}`-valued kinds (commit_txn, abort_txn) may leave it out.
-REQUIRED = {"index": int, "op": int, "process": str, "type": str, "f": str, "time": int}
-OPTIONAL = {"txn": str, "error": str, "final": bool}
+# What an event holds and the types of its fields (docs/history.md). Fields not named
+# here (a fault's parameters, anything a tool adds) are not checked and not parsed by
+# the fast reader. `value` is described as a field of every event, but a missing one
+# is read as {} so that tools writing `{}`-valued kinds (commit_txn, abort_txn) may
+# leave it out; a fault's `value` is free-form.
+I, S = pa.int64(), pa.string()
+RECORD = pa.struct([("topic", S), ("partition", I), ("key", S), ("value", I),
+                    ("source", I), ("offset", I)])
+POSITION = pa.struct([("topic", S), ("partition", I), ("offset", I)])
+PARTITION = pa.struct([("topic", S), ("partition", I), ("low", I), ("high", I), ("lso", I)])
+VALUE = pa.struct([
+    ("records", pa.list_(RECORD)), ("isolation", S), ("group", S), ("tid", S),
+    ("positions", pa.list_(POSITION)), ("partitions", pa.list_(PARTITION)),
+    ("offsets", pa.list_(POSITION)),
+])
+EVENT = pa.schema([
+    ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),
+    ("txn", S), ("error", S), ("final", pa.bool_()), ("value", VALUE),
+])
+REQUIRED = ("index", "op", "process", "type", "f", "time")
+# A record's key is a string in the format, but a tool that writes another JSON value
+# is accepted by the per-line reader, which keeps the key as its JSON text.
+_LENIENT = {"key"}
 
 
 class HistoryError(Exception):
@@ -52,7 +84,7 @@ class HistoryWriter:
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", encoding="utf-8")
+        self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
 
     def __enter__(self) -> HistoryWriter:
         return self
@@ -133,8 +165,57 @@ class HistoryWriter:
 
 # ---------------------------------------------------------------------------- reading
 
-def _where(path: Path, lineno: int) -> str:
-    return f"{path}:{lineno}"
+# A poll may return thousands of records on one line; pyarrow needs whole lines inside
+# one block.
+_BLOCK = 64 << 20
+_PYTHON_TYPES = {pa.int64(): int, pa.string(): str, pa.bool_(): bool}
+
+
+def _existing(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise HistoryError(f"{path}: no such history file; pass the history.jsonl a run wrote")
+    return path
+
+
+def _complete_length(path: Path, data, warn: bool = True) -> int:
+    """Length of the history without a truncated last line, warning when there is one:
+    a last line that is not valid JSON is the writer's last, interrupted write."""
+    end = len(data)
+    while end > 0 and data[end - 1:end] in (b"\n", b"\r", b" ", b"\t"):
+        end -= 1
+    if end == 0:
+        return 0
+    start = data.rfind(b"\n", 0, end) + 1
+    try:
+        json.loads(data[start:end])
+        return len(data)
+    except ValueError as exc:
+        if not warn:
+            return start
+        lineno = data[:start].count(b"\n") + 1
+        warnings.warn(f"{path}:{lineno}: skipped a truncated last line "
+                      f"({getattr(exc, 'msg', exc)}); the writer probably died mid-write",
+                      stacklevel=3)
+        return start
+
+
+class _Mapped:
+    """The bytes of a file (an mmap; b"" for an empty file, which mmap refuses)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.mm = None
+
+    def __enter__(self):
+        with open(self.path, "rb") as fh:
+            self.mm = (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                       if self.path.stat().st_size else b"")
+        return self.mm
+
+    def __exit__(self, *exc) -> None:
+        if isinstance(self.mm, mmap.mmap):
+            self.mm.close()
 
 
 def _type_name(t) -> str:
@@ -148,23 +229,23 @@ def _is(value, t) -> bool:
     return isinstance(value, t)
 
 
-def _check_fields(event: Any, where: str) -> None:
+def _check_event(event: Any, where: str) -> None:
+    """One event against EVENT, as the per-line reader sees it."""
     if not isinstance(event, dict):
         raise HistoryError(f"{where}: an event must be a JSON object; fix the writer")
-    for name, t in REQUIRED.items():
-        if name not in event or event[name] is None:
-            raise HistoryError(f"{where}: missing required field {name!r}; "
-                               "every event needs index, op, process, type, f, time")
-        if not _is(event[name], t):
-            raise HistoryError(f"{where}: field {name!r} must be {_type_name(t)}, "
-                               f"not {event[name]!r}")
-    for name, t in OPTIONAL.items():
-        if event.get(name) is not None and not _is(event[name], t):
-            raise HistoryError(f"{where}: field {name!r} must be {_type_name(t)}, "
-                               f"not {event[name]!r}")
-    if event["type"] not in EVENT_TYPES:
-        raise HistoryError(f"{where}: type must be one of {', '.join(EVENT_TYPES)}, "
-                           f"not {event['type']!r}")
+    for field in EVENT:
+        if field.name == "value":
+            continue
+        x = event.get(field.name)
+        if x is None:
+            if field.name in REQUIRED:
+                raise HistoryError(f"{where}: missing required field {field.name!r}; "
+                                   f"every event needs {', '.join(REQUIRED)}")
+            continue
+        t = _PYTHON_TYPES[field.type]
+        if not _is(x, t):
+            raise HistoryError(f"{where}: field {field.name!r} must be {_type_name(t)}, "
+                               f"not {x!r}")
     value = event.get("value")
     if value is not None and not isinstance(value, dict):
         raise HistoryError(f"{where}: value must be a JSON object, not {value!r}")
@@ -172,99 +253,272 @@ def _check_fields(event: Any, where: str) -> None:
         _check_value(event["f"], value, where)
 
 
-# Per-kind item lists inside `value` and the typed fields of their items.
-_ITEM_FIELDS = {
-    "records": {"topic": str, "partition": int, "offset": int, "value": int, "source": int},
-    "positions": {"topic": str, "partition": int, "offset": int},
-    "partitions": {"topic": str, "partition": int, "low": int, "high": int, "lso": int},
-    "offsets": {"topic": str, "partition": int, "offset": int},
-}
-
-
 def _check_value(f: str, value: dict, where: str) -> None:
-    for key, fields in _ITEM_FIELDS.items():
-        items = value.get(key)
-        if items is None:
+    for field in VALUE:
+        x = value.get(field.name)
+        if x is None:
             continue
-        if not isinstance(items, list):
-            raise HistoryError(f"{where}: value.{key} of a {f} must be a list")
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise HistoryError(f"{where}: value.{key}[{i}] of a {f} must be an object")
-            for name, t in fields.items():
-                x = item.get(name)
-                if x is not None and not _is(x, t):
-                    raise HistoryError(f"{where}: value.{key}[{i}].{name} of a {f} must be "
-                                       f"{_type_name(t)}, not {x!r}")
-    for name in ("isolation", "group", "tid"):
-        x = value.get(name)
-        if x is not None and not isinstance(x, str):
-            raise HistoryError(f"{where}: value.{name} of a {f} must be a string, not {x!r}")
+        if pa.types.is_list(field.type):
+            _check_items(f, field.name, x, field.type.value_type, where)
+        elif not _is(x, _PYTHON_TYPES[field.type]):
+            raise HistoryError(f"{where}: value.{field.name} of a {f} must be "
+                               f"{_type_name(_PYTHON_TYPES[field.type])}, not {x!r}")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, is_last_nonblank) for each non-blank line."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        previous = None
-        for lineno, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            if previous is not None:
-                yield previous[0], previous[1], False
-            previous = (lineno, text)
-        if previous is not None:
-            yield previous[0], previous[1], True
+def _check_items(f: str, key: str, items, item: pa.StructType, where: str) -> None:
+    if not isinstance(items, list):
+        raise HistoryError(f"{where}: value.{key} of a {f} must be a list")
+    for i, x in enumerate(items):
+        if not isinstance(x, dict):
+            raise HistoryError(f"{where}: value.{key}[{i}] of a {f} must be an object")
+        for field in item:
+            y = x.get(field.name)
+            t = _PYTHON_TYPES[field.type]
+            if y is not None and field.name not in _LENIENT and not _is(y, t):
+                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of a {f} must "
+                                   f"be {_type_name(t)}, not {y!r}")
+
+
+def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
+    """The first event (row) that breaks a rule between events, and what is wrong, or
+    None. events: the top-level fields, one row per event in file order; line_of(row)
+    names an event's line. Both readers use this, so the rules are stated once."""
+    n = len(events)
+    if n == 0:
+        return None
+    problems: list[tuple[int, str]] = []
+
+    def first(mask, message) -> None:
+        rows = np.flatnonzero(np.asarray(mask, dtype=bool))
+        if len(rows):
+            problems.append((int(rows[0]), message(int(rows[0]))))
+
+    for name in REQUIRED:
+        missing = events[name].isna().to_numpy()
+        if missing.any():
+            first(missing, lambda r, name=name: f"missing required field {name!r}; "
+                  f"every event needs {', '.join(REQUIRED)}")
+    if problems:  # the rules below need every field
+        return min(problems, key=lambda p: p[0])
+    type_, op, index = events["type"], events["op"].to_numpy(), events["index"].to_numpy()
+    first(~type_.isin(EVENT_TYPES).to_numpy(),
+          lambda r: f"type must be one of {', '.join(EVENT_TYPES)}, not {type_.iloc[r]!r}")
+    first(np.r_[False, np.diff(index) <= 0],
+          lambda r: f"index {index[r]} does not increase (previous {index[r - 1]}); "
+                    "events must be in index order")
+    rows = np.arange(n)
+    invoke = (type_ == "invoke").to_numpy()
+    inv = pd.DataFrame({"op": op[invoke], "row": rows[invoke]})
+    first_inv = inv.drop_duplicates("op").set_index("op")["row"]
+    again = np.zeros(n, dtype=bool)
+    again[inv.loc[inv["op"].duplicated(), "row"].to_numpy()] = True
+    first(again, lambda r: f"op {op[r]} invoked twice (first on line "
+                           f"{line_of(int(first_inv[op[r]]))}); op ids must be unique")
+    done = ~invoke
+    invoked_at = first_inv.reindex(op).to_numpy(dtype=float, na_value=np.nan)
+    early = done & ~(invoked_at < rows)
+    first(early, lambda r: f"{type_.iloc[r]} of op {op[r]} before any invoke of it; "
+                           "every completion follows its invoke")
+    comp = pd.Series(op[done], index=rows[done])
+    twice = np.zeros(n, dtype=bool)
+    twice[comp.index[comp.duplicated().to_numpy()]] = True
+    first(twice, lambda r: f"op {op[r]} completed twice; an op has exactly one completion")
+    at = np.where(np.isnan(invoked_at), 0, invoked_at).astype(np.int64)
+    f, process = events["f"].to_numpy(dtype=object), events["process"].to_numpy(dtype=object)
+    differs = done & ~early & ((f != f[at]) | (process != process[at]))
+    first(differs, lambda r: f"completion of op {op[r]} has f/process {f[r]}/{process[r]} "
+                             f"but its invoke has {f[at[r]]}/{process[at[r]]}")
+    # The first bad row; of its problems, the first rule's.
+    return min(problems, key=lambda p: p[0]) if problems else None
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:
-    """All events of a history, in file order, validated.
+    """All events of a history, in file order, validated line by line.
 
-    A last line that is not valid JSON is taken to be the writer's last, interrupted
-    write: it is skipped with a warning. Anything else that is wrong raises HistoryError
-    naming the file and line. Ops invoked and never completed are left as they are;
-    the loader counts them as `info`.
+    A truncated last line is skipped with a warning. Anything else that is wrong raises
+    HistoryError naming the file and line. Ops invoked and never completed are left as
+    they are; the converter counts them as `info`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise HistoryError(f"{path}: no such history file; pass the history.jsonl a run wrote")
+    path = _existing(path)
     events: list[dict] = []
-    invoked: dict[int, tuple[int, dict]] = {}
-    completed: set[int] = set()
-    last_index = None
-    for lineno, text, last in _lines(path):
-        where = _where(path, lineno)
-        try:
-            event = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if last:
-                warnings.warn(f"{where}: skipped a truncated last line ({exc.msg}); "
-                              "the writer probably died mid-write", stacklevel=2)
-                break
-            raise HistoryError(f"{where}: not valid JSON ({exc.msg}); only the last line "
-                               "may be truncated, so the file is damaged") from None
-        _check_fields(event, where)
-        if last_index is not None and event["index"] <= last_index:
-            raise HistoryError(f"{where}: index {event['index']} does not increase "
-                               f"(previous {last_index}); events must be in index order")
-        last_index = event["index"]
-        op = event["op"]
-        if event["type"] == "invoke":
-            if op in invoked:
-                raise HistoryError(f"{where}: op {op} invoked twice (first on line "
-                                   f"{invoked[op][0]}); op ids must be unique")
-            invoked[op] = (lineno, event)
-        else:
-            if op not in invoked:
-                raise HistoryError(f"{where}: {event['type']} of op {op} before any invoke "
-                                   "of it; every completion follows its invoke")
-            if op in completed:
-                raise HistoryError(f"{where}: op {op} completed twice; an op has exactly "
-                                   "one completion")
-            first = invoked[op][1]
-            if first["f"] != event["f"] or first["process"] != event["process"]:
-                raise HistoryError(f"{where}: completion of op {op} has f/process "
-                                   f"{event['f']}/{event['process']} but its invoke has "
-                                   f"{first['f']}/{first['process']}")
-            completed.add(op)
-        events.append(event)
+    linenos: list[int] = []
+    with _Mapped(path) as data:
+        cut = _complete_length(path, data)
+        pos, lineno = 0, 0
+        while pos < cut:
+            end = data.find(b"\n", pos, cut)
+            end = cut if end < 0 else end
+            text, pos, lineno = data[pos:end], end + 1, lineno + 1
+            if not text.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                event = json.loads(text)
+            except ValueError as exc:
+                raise HistoryError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)}); "
+                                   "only the last line may be truncated, so the file is "
+                                   "damaged") from None
+            _check_event(event, where)
+            events.append(event)
+            linenos.append(lineno)
+    scalars = pd.DataFrame.from_records(
+        [{k: e[k] for k in REQUIRED} for e in events], columns=list(REQUIRED))
+    problem = _structure_problem(scalars, lambda r: linenos[r])
+    if problem is not None:
+        row, message = problem
+        raise HistoryError(f"{path}:{linenos[row]}: {message}")
     return events
+
+
+def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
+    """The events of a history as an Arrow table with schema EVENT, validated (fast).
+
+    The file is parsed in blocks; with a `sink`, each block passes through
+    `sink.take(batch) -> batch` before it is kept, so a converter can move bulky parts
+    (poll records) to disk while the file streams by. If the fast reader meets anything
+    it does not accept, `sink.clear()` is called, `read_events` names the bad line (or
+    accepts the file) and its events go through the sink from the start."""
+    path = _existing(path)
+    take = sink.take if sink is not None else (lambda batch: batch)
+    with _Mapped(path) as data:
+        cut = _complete_length(path, data)
+    if cut == 0:
+        return EVENT.empty_table()
+    try:
+        table = _parse(path, cut, take)
+        scalars = table.select(list(REQUIRED)).to_pandas()
+        # Any problem sends the file to the per-line reader, which names its line.
+        if _structure_problem(scalars, lambda row: row) is None:
+            return table
+    except pa.ArrowInvalid:
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the truncated last line was warned about above
+        events = read_events(path)
+    if sink is not None:
+        sink.clear()
+    whole = _from_events(events)
+    return pa.Table.from_batches([take(b) for b in whole.to_batches(max_chunksize=100_000)],
+                                 schema=EVENT)
+
+
+def _parse(path: Path, cut: int, take) -> pa.Table:
+    # Arrow's own map: it stays open while the reader (or a traceback) holds it.
+    with pa.memory_map(str(path)) as source:
+        opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
+        reader = pj.open_json(pa.BufferReader(source.read_buffer(cut)),
+                              read_options=pj.ReadOptions(block_size=_BLOCK),
+                              parse_options=opts)
+        kept = [take(_conform(batch)) for batch in reader]
+    return pa.Table.from_batches(kept, schema=EVENT)
+
+
+def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
+                                       for n in EVENT.names], schema=EVENT)
+
+
+def _normal_value(event: dict) -> dict | None:
+    """An event's value as EVENT holds it: a fault's is left out, keys become text."""
+    value = event.get("value")
+    if not value or event["process"] == NEMESIS:
+        return None
+    out: dict = {}
+    for field in VALUE:
+        x = value.get(field.name)
+        if x is None or not pa.types.is_list(field.type):
+            out[field.name] = x
+            continue
+        rows = []
+        for item in x:
+            row = {f.name: item.get(f.name) for f in field.type.value_type}
+            if row.get("key") is not None and not isinstance(row["key"], str):
+                row["key"] = json.dumps(row["key"])
+            rows.append(row)
+        out[field.name] = rows
+    return out
+
+
+def _from_events(events: list[dict]) -> pa.Table:
+    rows = [{
+        "index": e["index"], "op": e["op"], "process": e["process"], "type": e["type"],
+        "f": e["f"], "time": e["time"], "txn": e.get("txn"), "error": e.get("error"),
+        "final": e.get("final"), "value": _normal_value(e),
+    } for e in events]
+    return pa.Table.from_pylist(rows, schema=EVENT)
+
+
+def values_at(path: str | os.PathLike, indexes) -> dict[int, dict]:
+    """index -> `value` of the events at those indexes (of a history already read and
+    found well-formed), each parsed from its own line: for the few events a person
+    looks at, without parsing the whole file again. `value` holds all the event
+    said, fault parameters included."""
+    wanted = sorted({int(i) for i in indexes})
+    if not wanted:
+        return {}
+    out: dict[int, dict] = {}
+    with _Mapped(_existing(path)) as data:
+        starts = _line_starts(data, _complete_length(path, data, warn=False))
+        for index in wanted:
+            event = _event_at(data, starts, index)
+            if event is not None:
+                value = event.get("value")
+                out[index] = value if isinstance(value, dict) else {}
+    return out
+
+
+def nemesis_values(path: str | os.PathLike) -> dict[int, dict]:
+    """index -> `value` of every fault event (the parameters the fast reader does not
+    parse). A history holds few faults: their lines are found by a byte search."""
+    path = _existing(path)
+    out: dict[int, dict] = {}
+    needle = f'"{NEMESIS}"'.encode()
+    with _Mapped(path) as data:
+        cut = _complete_length(path, data, warn=False)
+        at = data.find(needle, 0, cut)
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at, cut)
+            end = cut if end < 0 else end
+            event = json.loads(data[start:end])
+            if event.get("process") == NEMESIS:
+                value = event.get("value")
+                out[event["index"]] = value if isinstance(value, dict) else {}
+            at = data.find(needle, end, cut)
+    return out
+
+
+def _line_starts(data, cut: int) -> np.ndarray:
+    """Byte offset of every non-blank line before `cut`, scanned in chunks so a
+    gigabyte history never needs a gigabyte-sized mask."""
+    chunk = 64 << 20
+    newlines = [np.flatnonzero(np.frombuffer(data[lo:min(lo + chunk, cut)], np.uint8) == 10) + lo
+                for lo in range(0, cut, chunk)]
+    nl = np.concatenate(newlines) if newlines else np.empty(0, np.int64)
+    starts = np.r_[0, nl + 1].astype(np.int64)
+    ends = np.r_[nl, cut].astype(np.int64)
+    # Only short lines can be blank (an event is far longer than a few bytes).
+    blank = [i for i in np.flatnonzero(ends - starts < 8) if not data[starts[i]:ends[i]].strip()]
+    return np.delete(starts, blank)
+
+
+def _event_at(data, starts: np.ndarray, index: int) -> dict | None:
+    """The event with this index: on line `index` of the non-blank lines when indexes
+    count from 0 as the format says, else found by bisection (indexes increase)."""
+    def at(row: int) -> dict:
+        start = int(starts[row])
+        end = data.find(b"\n", start)
+        return json.loads(data[start:end if end >= 0 else len(data)])
+
+    if 0 <= index < len(starts):
+        event = at(index)
+        if event["index"] == index:
+            return event
+    lo, hi = 0, len(starts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        event = at(mid)
+        if event["index"] == index:
+            return event
+        lo, hi = (mid + 1, hi) if event["index"] < index else (lo, mid)
+    return None

@@ -1,10 +1,12 @@
 """Everything the history says about one partition's log, in one place.
 
 Most anomalies are properties of one partition: what each offset holds, where each
-consumer's reads went, which writes a reader passed over. So the history is shuffled
-once by (topic, partition) into one table of steps (`log`), and every per-partition
-check is a pandas function over one partition's steps (PartitionLog), all run in one
-groupBy(topic, partition).applyInPandas (checkers/engine.py).
+consumer's reads went, which writes a reader passed over. So the converter writes the
+history as one table of steps (checkers/tables.py, "steps"), grouped by (topic,
+partition) when it is written (checkers/spool.py), and every per-partition check is a
+pandas function over one partition's steps (PartitionLog). checkers/engine.py hands
+each partition's steps to every family's check at once, in this process or in one
+Spark mapInArrow, with no shuffle.
 
 Terms used by the checks:
 
@@ -34,13 +36,11 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql.types import BooleanType, LongType
+import pyarrow as pa
 
-from .load import spark_schema
-from .tables import ABORTED, READ_COMMITTED
+from .tables import ABORTED, READ_COMMITTED, SCHEMAS
 
-LOG_SCHEMA = spark_schema("steps")
+LOG_SCHEMA = SCHEMAS["steps"]
 
 # Kinds of steps in the log table.
 WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
@@ -48,8 +48,8 @@ WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
 VIS_RC, VIS_RU, VIS_NONE = 2, 1, 0
 
 
-def log(tables) -> DataFrame:
-    """All steps of all partitions (the steps table; not yet shuffled)."""
+def log(tables):
+    """All steps of all partitions, as a Spark DataFrame (the steps table)."""
     return tables.steps
 
 
@@ -61,9 +61,9 @@ def typed(pdf: pd.DataFrame) -> pd.DataFrame:
         if fld.name not in pdf:
             continue
         col = pdf[fld.name]
-        if isinstance(fld.dataType, LongType) and not isinstance(col.dtype, pd.Int64Dtype):
+        if fld.type == pa.int64() and not isinstance(col.dtype, pd.Int64Dtype):
             col = col.astype("Int64")
-        elif isinstance(fld.dataType, BooleanType) and not isinstance(col.dtype, pd.BooleanDtype):
+        elif fld.type == pa.bool_() and not isinstance(col.dtype, pd.BooleanDtype):
             col = col.astype("boolean")
         out[fld.name] = col
     return pd.DataFrame(out, index=pdf.index, copy=False)

@@ -2,7 +2,7 @@
 
 An output record names the input value it was derived from in its `source` field.
 Output is *definitely committed* when its write's status is committed (its send was ok
-in a committed transaction, checkers/load.py counting as committed an unknown one that
+in a committed transaction, checkers/txn_status.py counting as committed an unknown one that
 a read_committed poll saw), or its transaction committed and a read_committed poll
 returned the record itself, whatever its send's outcome (a send that ended in info,
 say after a flush timeout, may still have appended it). Output *may be committed* when

@@ -1,14 +1,19 @@
-"""The SparkSession the checkers run in.
+"""Everything of the checkers that needs pyspark: the SparkSession they run in, and
+Spark schemas made from the Arrow schemas the rest of the checkers use.
 
-One session per process, made once: starting a JVM costs seconds, and every checker,
-test and CLI call shares it. The defaults fit a laptop or a 2-core CI box; any Spark
-master can be named instead (argument, or ONCEPROOF_SPARK_MASTER).
+Only a check that decides to run on Spark imports this module (checkers/verdict.py):
+the local path never starts a JVM. One session per process, made once: starting a JVM
+costs seconds, and every checker, test and CLI call shares it. The defaults fit a
+laptop or a 2-core CI box; any Spark master can be named instead (argument, or
+ONCEPROOF_SPARK_MASTER).
 """
 from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 DEFAULT_MASTER = "local[2]"
 _session: SparkSession | None = None
@@ -70,6 +75,13 @@ def _quiet_log_config() -> str:
         with open(path, "w") as f:
             f.write(_LOG4J)
     return path
+
+
+def struct_type(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema of int64, string and bool columns (all
+    nullable)."""
+    types = {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType()}
+    return StructType([StructField(f.name, types[f.type]) for f in schema])
 
 
 def _python() -> str:

@@ -67,8 +67,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("begin_index", I), ("end_index", I), ("commit_op", I),
         ("commit_invoke_index", I), ("commit_complete_index", I), ("n_ops", I),
         ("n_writes", I)),
-    # Faults the nemesis applied (their parameters stay in the JSONL).
-    "faults": _schema(("op", I), ("f", S), ("type", S), *_OP_TIMES, ("error", S)),
+    # Faults the nemesis applied, with their parameters: `value` of the invoke and
+    # done_value of the completion (which may name what the runner resolved, such as
+    # the node a "leader" was), each as JSON text.
+    "faults": _schema(("op", I), ("f", S), ("type", S), *_OP_TIMES, ("error", S),
+                      ("value", S), ("done_value", S)),
     # Every step of every partition in one table, the input of the per-partition pass
     # (checkers/engine.py): writes (w), reads (r), position changes (p), watermarks (m)
     # and group offsets (o), with the columns of their own tables renamed into one

@@ -1,8 +1,10 @@
 """A history's verdict: valid or not, how many anomalies of each type, a few examples.
 
-`check` loads the history once and runs every family of checkers in one Spark job
-(checkers/engine.py): one shuffle of the history by partition, every per-partition
-check in one pandas pass, then the cross-partition checks on the driver.
+`check` converts the history once into its tables (checkers/store.py) and runs every
+family of checkers in one pass (checkers/engine.py): every per-partition check in one
+pandas pass over each partition's steps (in this process for small histories, else in
+one Spark mapInArrow with no shuffle), then the cross-partition checks on the driver.
+Spark starts only when a history is large enough to need it.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import anomaly, consumption, cycles, engine, groups, isolation, log_values, loss, ordering, pipeline
-from .load import convert, is_converted, read_parquet
+from .store import convert, is_converted, read_parquet
 
 # Below this many steps (reads + writes + position changes + ...) a history is checked
 # without Spark unless asked otherwise.
@@ -103,18 +105,20 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     local: run the per-partition pass in pandas in this process instead of on Spark;
     by default (None) histories of fewer than LOCAL_STEPS steps are checked locally,
     since for them Spark's fixed cost is most of the time. Same checks either way.
+    Only a check on Spark uses `spark` (a session) or, when none is given, starts one
+    on `spark_master` (checkers/spark.py); a local check never imports pyspark.
     Raises HistoryError when the history cannot be read; that happens before Spark
     starts, so a bad path costs nothing."""
-    from .spark import session
     started = time.perf_counter()
     path = Path(path)
     with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
         if not is_converted(path):
             path = convert(path, Path(work) / "tables")
-        tables = read_parquet(path, None)
+        tables = read_parquet(path)
         if local is None:
             local = tables.stats.get("steps", LOCAL_STEPS) < LOCAL_STEPS
         if not local:
+            from .spark import session
             tables.spark = spark or session(spark_master)
         found = engine.collect(tables, FAMILIES, local=local)
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",

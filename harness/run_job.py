@@ -8,7 +8,6 @@ not decide (setup failed, cluster never ready): never mix up the last two.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -54,12 +53,12 @@ def fault_kinds(spec: str) -> tuple[str, ...]:
 
 
 def run_job(opts: JobOptions, console: Console | None = None) -> int:
-    from onceproof.checkers.spark import session
     from onceproof.errors import SetupError
     from onceproof.report.page import write_report
     console = console or Console()
     from onceproof.cluster.provision import kafka_version
-    # Every input is checked before anything slow starts (Spark, the cluster).
+    # Every input is checked before anything slow starts (the cluster; Spark starts
+    # only if a check needs it).
     kafka_version(opts.kafka_version)
     if opts.workload not in WORKLOADS:
         raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
@@ -71,7 +70,6 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     console.print(f"onceproof: {opts.workload} workload, faults {opts.faults}, seed {seed}, "
                   f"results in {root}")
     todo = draw_plans(strategy, opts.runs, seed)
-    spark = session(opts.spark_master)
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
@@ -94,7 +92,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
                                 f"anomalies so far: {sum(anomalies.values())}")
 
             folder = root / f"run-{i + 1}"
-            trial = run_trial(plan, cluster, folder, spark, on_step=on_step)
+            trial = run_trial(plan, cluster, folder, on_step=on_step,
+                              spark_master=opts.spark_master)
             progress.update(task, completed=len(plan["steps"]) + 1,
                             status="valid" if trial.verdict.valid else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
@@ -109,29 +108,26 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
 
 
 def _finish_folder(trial, cluster: Cluster) -> None:
-    from onceproof.checkers.load import convert
+    from onceproof.checkers.store import convert
     convert(trial.folder / "history.jsonl", trial.folder / "history.parquet")
     keep_logs(cluster, trial.folder)
 
 
-def _outcomes(history: Path) -> tuple[Counter, Counter]:
-    ops, faults = Counter(), Counter()
-    with open(history) as f:
-        for line in f:
-            e = json.loads(line)
-            if e["type"] == "invoke":
-                continue
-            if e["process"] == "nemesis":
-                faults[e["f"]] += 1
-            else:
-                ops[e["type"]] += 1
-    return ops, faults
+def _outcomes(tables: Path) -> tuple[Counter, Counter]:
+    """Completed client ops by outcome, and completed faults by kind, from the ops table
+    of a run's history.parquet/."""
+    from onceproof.checkers.history import NEMESIS
+    from onceproof.checkers.store import read_table
+    ops = read_table(tables, "ops", ["process", "f", "type", "complete_index"]).to_pandas()
+    done = ops[ops["complete_index"].notna()]
+    fault = done["process"] == NEMESIS
+    return Counter(done.loc[~fault, "type"]), Counter(done.loc[fault, "f"])
 
 
 def _summary(console: Console, trials, root: Path) -> None:
     ops, faults = Counter(), Counter()
     for t in trials:
-        o, f = _outcomes(t.folder / "history.jsonl")
+        o, f = _outcomes(t.folder / "history.parquet")
         ops.update(o)
         faults.update(f)
     table = Table("", "", title="Summary", show_header=False)

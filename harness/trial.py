@@ -31,14 +31,16 @@ class Trial:
 
 
 def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark=None,
-              on_step=None) -> Trial:
+              on_step=None, spark_master: str | None = None) -> Trial:
+    """Run `plan` and check its history: on `spark` (a session) if given, else on a
+    session started on `spark_master` only if the check needs Spark."""
     from onceproof.checkers import check
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save(plan, folder / "plan.json")
     started = time.monotonic()
     result = run(plan, cluster, folder, on_step=on_step)
-    verdict = check(result["history"], spark=spark)
+    verdict = check(result["history"], spark=spark, spark_master=spark_master)
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
     return Trial(plan, folder, verdict, time.monotonic() - started)
 

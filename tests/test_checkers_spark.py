@@ -11,7 +11,7 @@ from histories import RU, History
 
 from onceproof.checkers import Verdict, check, engine
 from onceproof.checkers.anomaly import TYPES
-from onceproof.checkers.load import convert, read_parquet
+from onceproof.checkers.store import convert, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
 

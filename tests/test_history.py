@@ -1,5 +1,5 @@
-"""The history writer and reader (harness/history.py) and the fast parser that must
-agree with the reader (checkers/parse.py). No Spark."""
+"""The history writer and its two readers (checkers/history.py): the fast one and the
+per-line one, which must agree; and the tables a history converts to. No Spark."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,8 @@ import warnings
 
 import pytest
 
-from onceproof.checkers.history import HistoryError, HistoryWriter, read_events
-from onceproof.checkers.load import flatten
-from onceproof.checkers.parse import events_table
+from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
+from onceproof.checkers.store import tables_of
 
 
 def _write_sample(path):
@@ -139,13 +138,13 @@ def test_non_string_key_falls_back_to_the_reader(tmp_path):
                                                   "value": 1}]})
         w.ok(op, {"records": [{"topic": "t", "partition": 0, "key": 7, "value": 1,
                                "offset": 0}]})
-    tables, _ = flatten(path)
+    tables, _ = tables_of(path)
     assert tables["writes"].column("key").to_pylist() == ["7"]
 
 
 def test_invoke_without_completion_counts_as_info(tmp_path):
     path = _write_sample(tmp_path / "h.jsonl")
-    ops = flatten(path)[0]["ops"].to_pandas()
+    ops = tables_of(path)[0]["ops"].to_pandas()
     last = ops[ops["op"] == 3].iloc[0]
     assert (last["type"] == "info" and last["complete_index"] is None) or \
         last["complete_index"] != last["complete_index"]
@@ -169,7 +168,7 @@ def test_transaction_outcomes_follow_the_documented_rules(tmp_path):
         op("p", "begin_txn", "aborted")
         op("p", "abort_txn", "aborted", "info")
         op("p", "begin_txn", "abandoned")
-    txns = flatten(path)[0]["txns"].to_pandas().set_index("txn")["outcome"].to_dict()
+    txns = tables_of(path)[0]["txns"].to_pandas().set_index("txn")["outcome"].to_dict()
     assert txns == {"ok": "committed", "refused": "aborted", "maybe": "unknown",
                     "maybe-then-abort": "unknown", "aborted": "aborted",
                     "abandoned": "aborted"}
@@ -184,7 +183,7 @@ def test_write_statuses(tmp_path):
         h.txn("p1", "A", [(0, 4, 1)])
         h.txn("p1", "B", [(0, 5, 2)], outcome="abort")
         h.txn("p1", "C", [(0, 6, 3)], outcome="info")
-    writes = flatten(h.path)[0]["writes"].to_pandas().set_index("value")
+    writes = tables_of(h.path)[0]["writes"].to_pandas().set_index("value")
     assert writes["status"].to_dict() == {1: "committed", 2: "failed", 3: "unknown",
                                           4: "committed", 5: "aborted", 6: "unknown"}
     assert writes.loc[1, "offset"] == 0 and writes.loc[4, "txn_outcome"] == "committed"
@@ -196,7 +195,7 @@ def test_a_value_written_twice_is_refused(tmp_path):
         h.send("p0", [(0, 1, 0)])
         h.send("p1", [(0, 1, 1)])
     with pytest.raises(HistoryError, match="value 1 is written by ops 0 and 1"):
-        flatten(h.path)
+        tables_of(h.path)
 
 
 def test_reads_carry_their_writer(tmp_path):
@@ -204,7 +203,7 @@ def test_reads_carry_their_writer(tmp_path):
     with History(tmp_path / "h.jsonl") as h:
         h.txn("p1", "A", [(0, 4, 0)])
         h.poll("c0", [(0, 0, 4), (0, 1, 77)])
-    reads = flatten(h.path)[0]["reads"].to_pandas().set_index("value")
+    reads = tables_of(h.path)[0]["reads"].to_pandas().set_index("value")
     assert reads.loc[4, "w_found"] and reads.loc[4, "w_txn"] == "A"
     assert reads.loc[4, "w_status"] == "committed"
     assert not reads.loc[77, "w_found"]
@@ -214,4 +213,4 @@ def test_warnings_do_not_leak_from_a_clean_history(tmp_path):
     path = _write_sample(tmp_path / "h.jsonl")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        flatten(path)
+        tables_of(path)

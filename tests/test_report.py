@@ -1,4 +1,4 @@
-"""The HTML report (harness/report.py), from small histories built here: no Kafka, no Spark.
+"""The HTML report (harness/report/), from small histories built here: no Kafka, no Spark.
 
 The history below has three clients and four faults with known windows; the verdict
 names an op and a value, so the page must link to the send that wrote the value and the
@@ -137,7 +137,7 @@ def _anchors(html: str) -> set[int]:
 
 
 def test_page_shows_verdict_counts_and_run_facts(run):
-    folder, ids = run
+    folder, _ = run
     html = write_report(folder).read_text()
     assert "ANOMALIES FOUND" in html and "VALID</h1>" not in html
     summary = _section(html, "summary")
@@ -180,9 +180,8 @@ def test_anomaly_examples_link_to_the_ops_that_show_them(run):
 
 def test_fault_windows_open_and_close_as_the_cluster_undoes_them(run):
     folder, ids = run
-    h = load(folder / "history.jsonl")
-    values = h.values(list(h.fault_ops["invoke_row"]) + list(h.fault_ops["done_row"].dropna()))
-    wins = {w.label: w for w in report_faults.windows(h.fault_ops, values, h.duration)}
+    h = load(folder)
+    wins = {w.label: w for w in report_faults.windows(h.fault_ops, h.duration)}
     assert set(wins) == {"partition 1 | 2 3", "kill n2", "pause n3"}  # the failed latency opened none
     assert wins["partition 1 | 2 3"].start == pytest.approx(2.15, abs=0.01)
     assert wins["partition 1 | 2 3"].end == pytest.approx(4.15, abs=0.01)

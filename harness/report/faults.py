@@ -66,17 +66,16 @@ def _node(value: dict):
     return None if node in (None, "leader") else node
 
 
-def windows(faults: pd.DataFrame, values: dict[int, dict], end: float) -> list[Window]:
-    """faults: the history's nemesis ops (report_history.History.fault_ops); values:
-    row -> value, for their invoke and completion rows; end: the history's last second."""
+def windows(faults: pd.DataFrame, end: float) -> list[Window]:
+    """faults: the history's nemesis ops with their parameters (report.history.History.
+    fault_ops: value, done_value); end: the history's last second."""
     out: list[Window] = []
     open_: list[Window] = []
     nodes: dict[int, object] = {}
     for op in faults.sort_values("start").itertuples(index=False):
-        asked = values.get(op.invoke_row, {})
+        asked = op.value or {}
         # The completion names what the runner resolved ("leader" -> a node id).
-        value = values.get(op.done_row, asked) if not pd.isna(op.done_row) else asked
-        value = value or asked
+        value = op.done_value or asked
         closes_at = op.end if not pd.isna(op.end) else end
         if op.outcome == "fail":
             continue

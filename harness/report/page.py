@@ -1,7 +1,8 @@
 """One self-contained HTML page per run: verdict, timeline, latencies, anomalies, ops.
 
-`write_report(folder)` reads what a run left in its folder (history.jsonl, and
-verdict.json and plan.json when they are there; docs/history.md describes the history)
+`write_report(folder)` reads what a run left in its folder (the tables of its history in
+history.parquet/, converted from history.jsonl if the folder has none; verdict.json and
+plan.json when they are there; docs/history.md describes the history)
 and writes folder/report.html: a page a person opens in a browser to see whether the run
 was valid, what the clients did while which fault was in force, and, from each anomaly's
 examples, one click to the operations that show it.
@@ -47,15 +48,14 @@ class Example:
 
 def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
                  max_linked: int = MAX_LINKED) -> Path:
-    """Write folder/report.html from folder/history.jsonl (and verdict.json, plan.json
-    if present); returns its path."""
+    """Write folder/report.html from folder's history (and verdict.json, plan.json if
+    present); returns its path."""
     folder = Path(folder)
-    history = load(folder / "history.jsonl")
+    history = load(folder)
     verdict = _read_verdict(folder / "verdict.json")
     plan = _read_json(folder / "plan.json")
     faults = history.fault_ops
-    fault_values = history.values(_rows(faults))
-    windows = report_faults.windows(faults, fault_values, history.duration)
+    windows = report_faults.windows(faults, history.duration)
     examples = _examples(history, verdict, max_linked)
     linked: dict[int, set[str]] = {}
     for kind, exs in examples.items():
@@ -64,7 +64,7 @@ def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
                 for op in ops:
                     linked.setdefault(op, set()).add(kind)
     shown = _table_ops(history, set(linked), first_ops, context)
-    values = history.values(_rows(shown))
+    values = history.values(_indexes(shown))
     marked = {ex.fields.get("value") for exs in examples.values() for ex in exs
               if ex.fields.get("value") is not None}
     page = _template().render(
@@ -110,8 +110,9 @@ def _template() -> jinja2.Template:
     return env.from_string(text)
 
 
-def _rows(ops: pd.DataFrame) -> list[int]:
-    return [int(r) for r in pd.concat([ops["invoke_row"], ops["done_row"]]).dropna()]
+def _indexes(ops: pd.DataFrame) -> list[int]:
+    """The event indexes of the ops' invokes and completions."""
+    return [int(i) for i in pd.concat([ops["invoke_index"], ops["complete_index"]]).dropna()]
 
 
 # ----------------------------------------------------------------------------- facts
@@ -133,9 +134,10 @@ def _kinds(ops: pd.DataFrame) -> list[dict]:
 
 def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
     """What is known about the run, from whichever files the folder holds."""
-    facts = [("history", f"{len(h.events):,} events, {len(h.ops):,} ops by "
-                         f"{h.client_ops['process'].nunique()} clients over {h.duration:.3f} s "
-                         f"({_size((folder / 'history.jsonl').stat().st_size)})")]
+    size = f" ({_size(h.jsonl.stat().st_size)})" if h.jsonl.is_file() else ""
+    facts = [("history", f"{h.n_events:,} events, {len(h.ops):,} ops by "
+                         f"{h.client_ops['process'].nunique()} clients over {h.duration:.3f} s"
+                         + size)]
     state = next((s for s in (_read_json(folder / "cluster" / "state.json"),
                               _read_json(folder.parent / "cluster" / "state.json")) if s), None)
     version = (state or {}).get("kafka_version") or _version_from_logs(folder / "logs")
@@ -229,11 +231,13 @@ def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
     ops = h.ops
     known = set(ops["op"])
     txns = set(ops["txn"].dropna())
-    op_of_index = pd.Series(h.events["op"].to_numpy(), index=h.events["index"].to_numpy())
-    op_of_row = h.events["op"].to_numpy()  # events are in row order
+    done = ops.dropna(subset=["complete_index"])
+    op_of_index = pd.Series(
+        pd.concat([ops["op"], done["op"]]).to_numpy(),
+        index=pd.concat([ops["invoke_index"], done["complete_index"]]).astype("int64").to_numpy())
     values = {ex.get("value") for exs in verdict.get("examples", {}).values() for ex in exs
               if isinstance(ex.get("value"), int)}
-    value_rows = h.rows_with_values(values)
+    value_ops = h.ops_with_values(values)
     out: dict[str, list[Example]] = {}
     budget = max_linked
     for kind, exs in verdict.get("examples", {}).items():
@@ -250,8 +254,8 @@ def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
                     ex.links.append((f"txn {txn}", t_ops[:PER_TXN // 2] + t_ops[-(PER_TXN // 2):]
                                      if len(t_ops) > PER_TXN else t_ops))
             value = fields.get("value")
-            if value in value_rows:
-                v_ops = _unique(int(op_of_row[r]) for r in sorted(value_rows[value]))
+            if value in value_ops:
+                v_ops = value_ops[value]
                 sends = set(ops.loc[ops["op"].isin(v_ops) & (ops["f"] == "send"), "op"])
                 ranked = [o for o in v_ops if o in sends] + [o for o in v_ops if o not in sends]
                 ex.links.append((f"value {value}", ranked[:PER_VALUE]))
@@ -316,12 +320,12 @@ def _op_rows(shown: pd.DataFrame, values: dict, linked: dict[int, set[str]], mar
         if i > last + 1:
             rows.append({"gap": i - last - 1})
         last = i
-        done = values.get(int(op.done_row)) if not pd.isna(op.done_row) else None
+        done = values.get(int(op.complete_index)) if not op.pending else None
         rows.append({
             "gap": 0, "op": op.op, "process": op.process, "f": op.f, "outcome": op.outcome,
             "pending": op.pending, "txn": op.txn if isinstance(op.txn, str) else "",
             "start": op.start, "latency": None if pd.isna(op.latency_ms) else op.latency_ms,
-            "invoke": summary(values.get(op.invoke_row), marked),
+            "invoke": summary(values.get(op.invoke_index), marked),
             "done": summary(done, marked) if done is not None else "",
             "error": op.error if isinstance(op.error, str) else "", "final": op.final,
             "anomalies": sorted(linked.get(op.op, ())),

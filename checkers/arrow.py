@@ -1,0 +1,120 @@
+"""Arrow and pandas helpers for building the checkers' tables (checkers/tables.py):
+exploding list fields of events into rows, exact integer columns, joins by position,
+and frames or tables in a table's schema."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .tables import SCHEMAS
+
+
+def explode_frame(events: pa.Table, mask: np.ndarray, key: str) -> pd.DataFrame:
+    """One row per item of value.<key> of the events selected by mask: op, rec, fields."""
+    return explode(events, mask, key).to_pandas(types_mapper=nullable)
+
+
+def explode(events: pa.Table, mask: np.ndarray, key: str) -> pa.Table:
+    item = events.schema.field("value").type.field(key).type.value_type
+    sel = pa.array(np.flatnonzero(mask), type=pa.int64())
+    values = events.column("value").take(sel).combine_chunks()
+    lists = pc.struct_field(values, key)
+    flat = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists).to_numpy()
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    op = events.column("op").take(sel).to_numpy()
+    cols = {"op": pa.array(op[parents], type=pa.int64()),
+            "rec": pa.array(np.arange(len(flat), dtype=np.int64) - starts, type=pa.int64())}
+    for i in range(item.num_fields):
+        cols[item.field(i).name] = flat.field(i) if len(flat) else pa.array([], item.field(i).type)
+    return pa.table(cols)
+
+
+def ints(col) -> tuple[np.ndarray, np.ndarray]:
+    """(values, valid) of an Arrow int64 column, exactly (no trip through float)."""
+    col = pa.chunked_array([col]) if isinstance(col, pa.Array) else col
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    return pc.fill_null(col, 0).to_numpy(), valid
+
+
+def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Row of each key in `index` (unique), -1 when absent or not valid."""
+    idx = index.get_indexer(keys) if len(keys) else np.empty(0, dtype=np.int64)
+    if valid is not None:
+        idx = np.where(valid, idx, -1)
+    return idx
+
+
+def take_rows(table: pa.Table, idx: np.ndarray, cols: list[str], prefix: str = "") -> dict:
+    """Columns of `table` at rows idx (null where idx is -1), named prefix + column."""
+    missing = idx < 0
+    rows = pa.array(np.where(missing, 0, idx), type=pa.int64(), mask=missing)
+    picked = table.select(cols).take(rows) if table.num_rows else \
+        pa.table({c: pa.nulls(len(idx), table.schema.field(c).type) for c in cols})
+    return {prefix + c: picked.column(c) for c in cols}
+
+
+def strings(col) -> np.ndarray:
+    return col.to_numpy(zero_copy_only=False) if not isinstance(col, np.ndarray) else col
+
+
+def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate, leaving out empty frames (pandas warns about their dtypes) but
+    keeping the columns when all are empty."""
+    full = [f for f in frames if len(f)]
+    return pd.concat(full, ignore_index=True) if full else frames[0].iloc[:0]
+
+
+def nullable(t):
+    # Strings stay Python objects: pandas' StringDtype is several times slower to
+    # compare, join and hand back to Arrow at millions of rows.
+    if pa.types.is_integer(t):
+        return pd.Int64Dtype()
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    return None
+
+
+def value_field(events: pa.Table, mask: np.ndarray, key: str) -> np.ndarray:
+    values = events.column("value").filter(pa.array(mask))
+    return pc.struct_field(values.combine_chunks(), key).to_numpy(zero_copy_only=False)
+
+
+def ordered(cols: dict, name: str) -> pa.Table:
+    """cols as table `name`, in (invoke_index, rec) order, with its schema."""
+    schema = SCHEMAS[name]
+    n = len(next(iter(cols.values())))
+    table = pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type)
+                      for f in schema}).cast(schema)
+    if n:
+        inv, _ = ints(table.column("invoke_index"))
+        rec, _ = ints(table.column("rec"))
+        table = table.take(pa.array(np.lexsort((rec, inv)), type=pa.int64()))
+    return table
+
+
+def empty_frame(name: str) -> pd.DataFrame:
+    return SCHEMAS[name].empty_table().to_pandas(types_mapper=nullable)
+
+
+def distinct(table: pa.Table) -> pa.Table:
+    return table.group_by(table.column_names).aggregate([])
+
+
+def to_arrow(name: str, df: pd.DataFrame) -> pa.Table:
+    schema = SCHEMAS[name]
+    cols = {}
+    for fld in schema:
+        if fld.name not in df:
+            cols[fld.name] = pa.nulls(len(df), type=fld.type)
+            continue
+        col = df[fld.name]
+        if pa.types.is_integer(fld.type) and col.dtype == object:
+            col = pd.array(col.to_numpy(dtype=object), dtype="Int64")
+        elif pa.types.is_boolean(fld.type) and col.dtype == object:
+            col = pd.array(col.to_numpy(dtype=object), dtype="boolean")
+        cols[fld.name] = pa.array(col, type=fld.type, from_pandas=True)
+    return pa.table(cols, schema=schema)

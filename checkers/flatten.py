@@ -1,0 +1,316 @@
+"""History -> flat tables (checkers/tables.py), written as Parquet.
+
+Flattening runs once, vectorized, in Arrow and pandas: records are exploded out of
+their ops, each op's invoke is joined to its completion, and what the checkers ask of
+every record (its transaction's outcome, checkers/txn_status.py; who wrote a value that
+was read) is joined in here. The checks then start from flat tables and never join by
+value.
+
+Memory is bounded by everything but the polls' records: those are most of a history
+(a poll returns many records, and each becomes a read and a step), so they go to disk
+block by block as the JSONL streams in, are joined a block at a time, and the steps are
+spooled and regrouped by partition on disk (checkers/spool.py).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import txn_status
+from .arrow import (
+    concat_frames,
+    distinct,
+    empty_frame,
+    explode,
+    explode_frame,
+    ints,
+    nullable,
+    ordered,
+    positions_in,
+    strings,
+    take_rows,
+    to_arrow,
+    value_field,
+)
+from .history import EVENT, NEMESIS, HistoryError, events_table, nemesis_values
+from .spool import PollSpool, StepSpool
+from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
+
+
+def scalar_frame(table: pa.Table) -> pd.DataFrame:
+    """The events' top-level fields as pandas, nullable dtypes kept."""
+    cols = [n for n in EVENT.names if n != "value"]
+    return table.select(cols).to_pandas(types_mapper=_scalar_types)
+
+
+def _scalar_types(t: pa.DataType):
+    if pa.types.is_integer(t):
+        return pd.Int64Dtype()
+    if pa.types.is_boolean(t):
+        return pd.BooleanDtype()
+    if pa.types.is_string(t):
+        return pd.StringDtype()
+    return None
+
+
+def _ops(events: pa.Table, ev: pd.DataFrame) -> pd.DataFrame:
+    inv_mask = (ev["type"] == "invoke").to_numpy(dtype=bool)
+    inv = ev[inv_mask].copy()
+    for key in ("isolation", "group", "tid"):
+        inv[key] = value_field(events, inv_mask, key)
+    done_mask = ~inv_mask
+    done = ev[done_mask][["op", "type", "index", "time", "error", "final"]].copy()
+    done["done_isolation"] = value_field(events, done_mask, "isolation")
+    ops = inv.merge(done, on="op", how="left", suffixes=("_inv", ""))
+    ops = ops.rename(columns={"index_inv": "invoke_index", "time_inv": "invoke_time",
+                              "index": "complete_index", "time": "complete_time"})
+    ops["type"] = ops["type"].fillna("info")
+    ops["final"] = ops["final_inv"].fillna(False) | ops["final"].fillna(False)
+    ops["error"] = ops["error"].combine_first(ops["error_inv"])
+    # A poll reports the isolation it used on completion if not on invoke.
+    # Kafka's default isolation is read_uncommitted.
+    iso = pd.Series(ops["isolation"], dtype="string").combine_first(
+        pd.Series(ops["done_isolation"], dtype="string"))
+    ops["isolation"] = iso.mask((ops["f"] == "poll") & iso.isna(), READ_UNCOMMITTED)
+    return ops.sort_values("invoke_index", kind="stable").reset_index(drop=True)
+
+
+def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
+    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
+    acked = explode(events, (f == "send") & (t == "ok"), "records")
+    asked = explode(events, (f == "send") & (t == "invoke"), "records")
+    asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
+    asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
+                             pa.nulls(asked.num_rows, pa.int64()))
+    rec = pa.concat_tables([acked, asked])
+    cols = {c: rec.column(c) for c in rec.column_names}
+    cols.update(take_rows(ops_t, positions_in(ops_index, ints(rec.column("op"))[0]), [
+        "process", "txn", "type", "invoke_index", "complete_index", "invoke_time",
+        "complete_time", "final"]))
+    txn_status.join_txns(cols, txns_t, txns_index)
+    values, valid = ints(rec.column("value"))
+    dup = pd.Series(values[valid]).duplicated(keep=False).to_numpy()
+    if dup.any():
+        v = int(values[valid][dup][0])
+        ops = ints(rec.column("op"))[0][valid][values[valid] == v]
+        raise HistoryError(f"{path}: value {v} is written by ops {min(ops)} and {max(ops)}; "
+                           "values must be unique across the history so a read names its write")
+    return ordered(cols, "writes")
+
+
+class WriteIndex:
+    """Which row of the writes table wrote each value (values are unique)."""
+
+    def __init__(self, writes: pa.Table) -> None:
+        self.writes = writes
+        values, valid = ints(writes.column("value"))
+        self.values = pd.Index(values[valid])
+        self.rows = np.flatnonzero(valid)
+
+    def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        at = positions_in(self.values, values, valid)
+        return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
+
+
+def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteIndex) -> pa.Table:
+    """The reads of a block of exploded poll records (PollSpool), joined to their ops,
+    transactions and writes."""
+    cols = {c: r.column(c) for c in r.column_names if c != "source"}
+    cols.update(take_rows(ops_t, positions_in(ops_index, ints(r.column("op"))[0]), [
+        "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
+        "invoke_time", "complete_time"]))
+    cols.update(take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])), ["outcome"],
+                      prefix="txn_"))
+    idx = written.rows_of(*ints(r.column("value")))
+    cols.update(take_rows(written.writes, idx, [
+        "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
+        "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
+        "txn_commit_complete_index"], prefix="w_"))
+    cols["w_found"] = pa.array(idx >= 0)
+    return ordered(cols, "reads")
+
+
+def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
+    """Seeks, and resets (assign, or any op of the process ending in info) expanded to
+    every partition the process ever read or sought, since a reset makes all its
+    positions unknown."""
+    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
+    sought = explode_frame(events, (f == "seek") & (t == "invoke"), "positions")
+    sought = sought.merge(ops[["op", "process", "type", "invoke_index", "complete_index"]],
+                          on="op")
+    seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
+    lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
+    lost["offset"] = pd.array([pd.NA] * len(lost), dtype="Int64")
+    touched = concat_frames([read_partitions, sought[["process", "topic", "partition"]]]).drop_duplicates()
+    causes = ops[((ops["f"] == "assign") & (ops["type"] != "fail"))
+                 | ((ops["type"] == "info") & (ops["f"] != "seek"))]
+    causes = causes[causes["process"] != NEMESIS]
+    resets = causes[["op", "process", "f", "invoke_index", "complete_index"]].merge(
+        touched, on="process")
+    resets = resets.assign(kind="reset",
+                           cause=np.where(resets["f"] == "assign", "assign", "info"))
+    resets["offset"] = pd.array([pd.NA] * len(resets), dtype="Int64")
+    cols = list(SCHEMAS["positions"].names)
+    out = pd.concat([x[cols] for x in (seeks, lost, resets) if len(x)] or [empty_frame("positions")],
+                    ignore_index=True)
+    return out.sort_values("invoke_index", kind="stable").reset_index(drop=True)
+
+
+def _offsets(events, ev, ops, txns) -> pd.DataFrame:
+    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
+    asked = explode_frame(events, np.isin(f, ["commit_offsets", "send_offsets"])
+                     & (t == "invoke"), "offsets")
+    fetched = explode_frame(events, (f == "fetch_offsets") & (t == "ok"), "offsets")
+    rows = concat_frames([asked, fetched])
+    cols = ["op", "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
+    rows = rows.merge(ops[cols], on="op", how="left")
+    tx = txns.set_index("txn")
+    rows["txn_outcome"] = rows["txn"].map(tx["outcome"])
+    is_send = (rows["f"] == "send_offsets").to_numpy()
+    ty = rows["type"].to_numpy(dtype=object)
+    oc = rows["txn_outcome"].fillna("").to_numpy(dtype=object)
+    plain = np.select([ty == "ok", ty == "fail"], [COMMITTED, FAILED], UNKNOWN)
+    sent = np.select([ty == "fail", oc == ABORTED, (oc == COMMITTED) & (ty == "ok")],
+                     [FAILED, FAILED, COMMITTED], UNKNOWN)
+    rows["outcome"] = np.where(rows["f"] == "fetch_offsets", "fetched",
+                               np.where(is_send, sent, plain))
+    rows["effect_invoke_index"] = np.where(
+        is_send, rows["txn"].map(tx["commit_invoke_index"]), rows["invoke_index"])
+    rows["effect_complete_index"] = np.where(
+        is_send, rows["txn"].map(tx["commit_complete_index"]), rows["complete_index"])
+    return rows.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
+
+
+def _watermarks(events, ev, ops) -> pd.DataFrame:
+    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
+    wm = explode_frame(events, (f == "watermarks") & (t == "ok"), "partitions")
+    return wm.merge(ops[["op", "process", "invoke_index", "complete_index"]], on="op")
+
+
+# Each kind of step, with the columns of its own table renamed into the steps shape.
+_STEP_COLUMNS = {
+    "w": {"t_begin": "txn_begin_index", "t_done": "txn_commit_complete_index"},
+    "r": {"status": "w_status", "source": "w_source", "w_inv": "w_invoke_index",
+          "w_cmp": "w_complete_index", "w_commit_inv": "w_txn_commit_invoke_index",
+          "w_commit_cmp": "w_txn_commit_complete_index"},
+    "p": {"type": "kind", "status": "cause"},
+    "m": {"offset": "low"},
+    "o": {"status": "outcome", "t_begin": "effect_invoke_index",
+          "t_done": "effect_complete_index"},
+}
+STEP_KINDS = {"writes": "w", "reads": "r", "positions": "p", "watermarks": "m", "offsets": "o"}
+
+
+def _visibility(r: pa.Table) -> pa.Array:
+    """vis of each read (tables.py): 2 visible to read_committed readers, 1 to
+    read_uncommitted ones only, 0 not attributable to a send to this partition that
+    did not fail."""
+    same = pc.fill_null(pc.and_(pc.equal(r.column("w_topic"), r.column("topic")),
+                                pc.equal(r.column("w_partition"), r.column("partition"))), False)
+    visible = pc.and_(pc.and_(r.column("w_found"), same),
+                      pc.fill_null(pc.not_equal(r.column("w_type"), "fail"), True))
+    rc = pc.or_(pc.is_null(r.column("w_txn")),
+                pc.fill_null(pc.equal(r.column("w_txn_outcome"), COMMITTED), False))
+    return pc.if_else(visible, pc.if_else(rc, pa.scalar(2), pa.scalar(1)), pa.scalar(0))
+
+
+def _steps_of(name: str, table: pa.Table) -> pa.Table:
+    """Table `name` (writes, reads, ...) as rows of the steps table."""
+    kind = STEP_KINDS[name]
+    if kind == "r":
+        table = table.append_column("vis", _visibility(table))
+    source, n = _STEP_COLUMNS[kind], table.num_rows
+    cols = {}
+    for fld in SCHEMAS["steps"]:
+        column = source.get(fld.name, fld.name)
+        if fld.name == "kind":
+            cols["kind"] = pa.array([kind] * n, type=pa.string())
+        elif column in table.column_names:
+            cols[fld.name] = table.column(column).cast(fld.type)
+        else:
+            cols[fld.name] = pa.nulls(n, fld.type)
+    return pa.table(cols, schema=SCHEMAS["steps"])
+
+
+def _faults(path: Path, ops: pd.DataFrame) -> pd.DataFrame:
+    """The nemesis ops with their parameters (value, done_value: JSON text)."""
+    faults = ops[ops["process"] == NEMESIS].copy()
+    values = {i: json.dumps(v, separators=(",", ":")) for i, v in nemesis_values(path).items()}
+    for column, at in (("value", "invoke_index"), ("done_value", "complete_index")):
+        faults[column] = [values.get(int(i)) if not pd.isna(i) else None for i in faults[at]]
+    return faults
+
+
+def write_tables(path: Path, out: Path, spool: Path) -> dict:
+    """Write the tables of the JSONL history at `path` under `out`; return its stats."""
+    polls = PollSpool(spool)
+    events = events_table(path, sink=polls)
+    ev = scalar_frame(events)
+    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
+    ops = _ops(events, ev)
+    sends = (f == "send") & (t == "invoke")
+    counts = pc.list_value_length(pc.struct_field(
+        events.column("value").filter(pa.array(sends)).combine_chunks(), "records"))
+    ops["n_records"] = ops["op"].map(pd.Series(
+        counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
+    txns = txn_status.outcomes(ops)
+    ops_t, txns_t = to_arrow("ops", ops), to_arrow("txns", txns)
+    ops_index = pd.Index(ops["op"].to_numpy(dtype=np.int64))
+    txns_index = pd.Index(txns["txn"].to_numpy(dtype=object))
+    writes = _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index)
+    written = WriteIndex(writes)
+    proven = txn_status.prove(txns, polls, ops_t, ops_index, written)
+    if proven is not txns:
+        txns = proven
+        txns_t = to_arrow("txns", txns)
+        writes = txn_status.rejoin_txns(writes, txns_t, txns_index)
+        written = WriteIndex(writes)
+
+    steps = StepSpool(spool)
+    steps.add(_steps_of("writes", writes))
+    n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
+    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink:
+        for raw in polls.blocks():
+            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
+            sink.write_table(reads)
+            steps.add(_steps_of("reads", reads))
+            seen.append(distinct(reads.select(_READERS.names)))
+            n_reads += reads.num_rows
+    readers = distinct(pa.concat_tables(seen[1:]))
+    read_partitions = readers.to_pandas(types_mapper=nullable)
+    frames = {
+        "positions": _positions(events, ev, ops, read_partitions),
+        "offsets": _offsets(events, ev, ops, txns),
+        "faults": _faults(path, ops),
+        "watermarks": _watermarks(events, ev, ops),
+    }
+    tables = {"ops": ops_t, "txns": txns_t, "writes": writes}
+    tables.update({name: to_arrow(name, df) for name, df in frames.items()})
+    for name, table in tables.items():
+        pq.write_table(table, out / f"{name}.parquet")
+        if name in STEP_KINDS and name != "writes":
+            steps.add(_steps_of(name, table))
+    n_steps = steps.finish(out / "steps.parquet")
+    partitions = distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
+    return {
+        "events": len(ev),
+        "ops": len(ops),
+        "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
+        "ops_by_type": {k: int(v) for k, v in ops["type"].value_counts().sort_index().items()},
+        "incomplete_ops": int(ops["complete_index"].isna().sum()),
+        "writes": writes.num_rows, "reads": n_reads,
+        "txns_by_outcome": {k: int(v) for k, v in
+                            txns["outcome"].value_counts().sort_index().items()},
+        "faults": len(frames["faults"]),
+        "steps": n_steps,
+        "partitions": partitions.num_rows,
+    }
+
+
+_READERS = pa.schema([SCHEMAS["reads"].field(n) for n in ("process", "topic", "partition")])

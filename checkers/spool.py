@@ -1,0 +1,129 @@
+"""The two spools that keep a conversion's memory bounded: the polls' records
+(PollSpool, moved to disk as the JSONL streams in) and the steps table (StepSpool,
+regrouped by partition on disk into the bucket files the checks read)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .arrow import explode
+from .tables import SCHEMAS
+
+BUCKETS = 32  # at most this many steps files (Spark tasks)
+
+
+class PollSpool:
+    """The records of ok polls, moved to disk as the JSONL streams in (a sink for
+    history.events_table): exploded per block (op, rec, topic, partition, offset, key,
+    value, source) into Arrow files, and taken out of the events kept in memory."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: list[Path] = []
+
+    def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        events = pa.Table.from_batches([batch])
+        polls = pc.fill_null(pc.and_(pc.equal(events.column("f"), "poll"),
+                                     pc.equal(events.column("type"), "ok")), False)
+        mask = polls.to_numpy()
+        if not mask.any():
+            return batch
+        exploded = explode(events, mask, "records")
+        path = self.folder / f"polls-{len(self.files):06d}.arrow"
+        with pa.ipc.new_file(path, exploded.schema) as out:
+            out.write_table(exploded)
+        self.files.append(path)
+        value = batch.column("value")
+        fields = [value.field(i) for i in range(value.type.num_fields)]
+        at = value.type.get_field_index("records")
+        fields[at] = pc.if_else(polls.combine_chunks(), pa.nulls(len(batch), fields[at].type),
+                                fields[at])
+        kept = pa.StructArray.from_arrays(fields, fields=list(value.type), mask=value.is_null())
+        return pa.RecordBatch.from_arrays(
+            [kept if n == "value" else batch.column(n) for n in batch.schema.names],
+            schema=batch.schema)
+
+    def clear(self) -> None:
+        for path in self.files:
+            path.unlink(missing_ok=True)
+        self.files = []
+
+    def blocks(self):
+        for path in self.files:
+            with pa.memory_map(str(path)) as source:
+                yield pa.ipc.open_file(source).read_all()
+
+
+class StepSpool:
+    """The steps table, spooled to disk in blocks sorted by (topic, partition), then
+    written as bucket files that each hold whole partitions in one Parquet row group:
+    Spark reads a row group in one task, so every task sees all the steps of the
+    partitions it is given (checkers/engine.py), with no shuffle at check time."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.groups: dict[tuple, int] = {}
+        self.sizes: list[int] = []
+        self.blocks: list[tuple[Path, dict[int, tuple[int, int]]]] = []
+
+    def add(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        keys = pd.DataFrame({
+            "t": table.column("topic").fill_null("").to_numpy(zero_copy_only=False),
+            "n": table.column("topic").is_null().to_numpy(zero_copy_only=False),
+            "p": pc.fill_null(table.column("partition"), -1).to_numpy(),
+            "q": table.column("partition").is_null().to_numpy(zero_copy_only=False)})
+        local, uniques = pd.factorize(pd.MultiIndex.from_frame(keys))
+        gid = np.array([self._group(k) for k in uniques], dtype=np.int64)[local]
+        order = np.argsort(gid, kind="stable")
+        gid = gid[order]
+        cuts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
+        ends = np.r_[cuts[1:], len(gid)]
+        where = {int(gid[a]): (int(a), int(b)) for a, b in zip(cuts, ends)}
+        for g, (a, b) in where.items():
+            self.sizes[g] += b - a
+        path = self.folder / f"steps-{len(self.blocks):06d}.arrow"
+        with pa.ipc.new_file(path, table.schema) as out:
+            out.write_table(table.take(pa.array(order, type=pa.int64())))
+        self.blocks.append((path, where))
+
+    def _group(self, key: tuple) -> int:
+        if key not in self.groups:
+            self.groups[key] = len(self.sizes)
+            self.sizes.append(0)
+        return self.groups[key]
+
+    def finish(self, folder: Path) -> int:
+        """Write the bucket files into `folder`; return the number of steps."""
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        n = max(1, min(BUCKETS, len(self.sizes)))
+        # Largest partitions first, each to the emptiest bucket: balanced tasks.
+        load, members = [0] * n, [[] for _ in range(n)]
+        for g in sorted(range(len(self.sizes)), key=lambda g: -self.sizes[g]):
+            b = load.index(min(load))
+            load[b] += self.sizes[g]
+            members[b].append(g)
+        schema = SCHEMAS["steps"]
+        sources = [pa.memory_map(str(path)) for path, _ in self.blocks]
+        try:
+            blocks = [pa.ipc.open_file(src).read_all() for src in sources]
+            for b in range(n):
+                pieces = [block.slice(a, e - a) for g in members[b]
+                          for block, (_, where) in zip(blocks, self.blocks)
+                          if g in where for a, e in [where[g]]]
+                part = pa.concat_tables(pieces) if pieces else schema.empty_table()
+                pq.write_table(part, folder / f"part-{b:05d}.parquet",
+                               row_group_size=max(1, part.num_rows))
+        finally:
+            for src in sources:
+                src.close()
+        return sum(self.sizes)

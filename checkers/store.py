@@ -1,0 +1,101 @@
+"""A history's tables on disk: `convert` writes them as Parquet (one file, or for
+steps one folder of bucket files, per table of checkers/tables.py, and a manifest with
+the format version and stats); `read_parquet` opens such a folder as Tables, which
+become Spark DataFrames only when a check asks for one on Spark."""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .flatten import write_tables
+from .history import HistoryError
+from .tables import SCHEMAS, TABLES
+
+MANIFEST = "manifest.json"
+FORMAT = 3
+
+
+def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
+    """The tables of a JSONL history (as Arrow tables, read back from a conversion in a
+    temporary directory) and its stats: for looking at a small history's tables."""
+    with tempfile.TemporaryDirectory(prefix="onceproof-") as d:
+        convert(path, d)
+        stats = json.loads((Path(d) / MANIFEST).read_text())["stats"]
+        tables = {name: pq.read_table(Path(d) / f"{name}.parquet") for name in TABLES}
+    return tables, stats
+
+
+def convert(path: str | Path, out: str | Path) -> Path:
+    """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
+    path, out = Path(path), Path(out)
+    if path.is_dir():
+        raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
+                           "or a directory written by `convert`")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
+        stats = write_tables(path, out, Path(spool))
+    (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
+                                            "stats": stats}, indent=1))
+    return out
+
+
+def is_converted(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / MANIFEST).is_file()
+
+
+class Tables:
+    """A history's tables as Spark DataFrames (read when first used), with the
+    converter's stats."""
+
+    def __init__(self, directory: Path, spark, stats: dict) -> None:
+        self.dir = directory
+        self.spark = spark
+        self.stats = stats
+        self._frames: dict = {}
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in SCHEMAS:
+            raise AttributeError(name)
+        if name not in self._frames:
+            from .spark import struct_type
+            self._frames[name] = self.spark.read.schema(struct_type(SCHEMAS[name])).parquet(
+                str(self.dir / f"{name}.parquet"))
+        return self._frames[name]
+
+    def __getitem__(self, name: str):
+        return getattr(self, name)
+
+
+def read_manifest(directory: str | Path) -> dict:
+    """The manifest of a folder `convert` wrote, if its tables are of this FORMAT."""
+    directory = Path(directory)
+    if not is_converted(directory):
+        raise HistoryError(f"{directory}: no {MANIFEST}; convert the JSONL history first")
+    manifest = json.loads((directory / MANIFEST).read_text())
+    if manifest.get("format") != FORMAT:
+        raise HistoryError(f"{directory}: Parquet tables of format {manifest.get('format')}, "
+                           f"this onceproof reads format {FORMAT}; convert the JSONL again")
+    for name in TABLES:
+        if not (directory / f"{name}.parquet").exists():
+            raise HistoryError(f"{directory}: missing {name}.parquet; convert the JSONL again")
+    return manifest
+
+
+def read_table(directory: str | Path, name: str, columns: list[str] | None = None,
+               filters=None) -> pa.Table:
+    """Table `name` of a converted folder, in Arrow (for small tables or few rows)."""
+    return pq.read_table(Path(directory) / f"{name}.parquet", columns=columns,
+                         filters=filters)
+
+
+def read_parquet(directory: str | Path, spark=None) -> Tables:
+    """A converted folder as Tables; `spark` (a session) is needed only for
+    Tables' DataFrames, and may be set later."""
+    directory = Path(directory)
+    return Tables(directory, spark, read_manifest(directory).get("stats", {}))

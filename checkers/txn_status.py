@@ -1,0 +1,166 @@
+"""How a transaction's outcome, and each write's status, is decided from the history
+(docs/history.md, "Transactions").
+
+A transaction's outcome (`outcomes`):
+
+- committed if any of its commit_txn ops completed ok;
+- otherwise unknown if a commit_txn ended in info or never completed, even when an
+  abort_txn followed: the commit request may already have been applied;
+- otherwise aborted (a commit_txn that failed, an abort_txn, or no commit_txn at all:
+  only a commit request from the producer can commit a transaction).
+
+Then (`prove`): an unknown transaction is committed after all if a read_committed poll
+returned one of its records (from a send that did not fail, in the partition it was
+sent to), since such a reader sees a transaction's records only after its commit
+marker.
+
+A write's status (`write_status`): a send outside a transaction is committed if ok,
+failed if fail, unknown if info. Inside a transaction: failed if the send failed,
+aborted if the transaction aborted, unknown if its outcome is unknown (or the send's
+is, in a committed transaction), committed if the send was ok and the transaction
+committed.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .arrow import empty_frame, ints, positions_in, strings, take_rows
+from .history import NEMESIS
+from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
+
+if TYPE_CHECKING:
+    from .flatten import WriteIndex
+    from .spool import PollSpool
+
+
+def outcomes(ops: pd.DataFrame) -> pd.DataFrame:
+    """Outcome of each transaction, by the rules of docs/history.md.
+
+    Any commit_txn ok commits it; otherwise a commit_txn that ended in info (or never
+    ended) leaves it unknown, even if an abort followed, since the commit request may
+    already have been applied; otherwise it aborted. (`prove` then commits the unknown
+    ones a read_committed poll saw.)
+
+    A commit may be retried (commit_txn again, same txn, after a retriable error or
+    timeout), and the first attempt may already have committed: commit_invoke_index is
+    the earliest commit_txn's invoke (from when it may have committed),
+    commit_complete_index the ok commit's completion (by when it surely had), else the
+    last commit_txn's.
+    """
+    t = ops[ops["txn"].notna() & (ops["process"] != NEMESIS)]
+    if t.empty:
+        return empty_frame("txns")
+    commits = t[t["f"] == "commit_txn"]
+    ok = commits[commits["type"] == "ok"].drop_duplicates("txn").set_index("txn")
+    maybe = commits[commits["type"] == "info"].drop_duplicates("txn").set_index("txn")
+    last_commit = commits.drop_duplicates("txn", keep="last").set_index("txn")
+    g = t.groupby("txn", sort=False)
+    out = pd.DataFrame({
+        "process": g["process"].first(),
+        "begin_index": g["invoke_index"].min(),
+        "end_index": g["complete_index"].max(),
+        "n_ops": g.size(),
+        "n_writes": g["n_records"].sum(),
+    })
+    begins = t[t["f"] == "begin_txn"].groupby("txn")["tid"].first()
+    out["tid"] = begins.reindex(out.index)
+    out["outcome"] = ABORTED
+    out.loc[out.index.isin(maybe.index), "outcome"] = UNKNOWN
+    out.loc[out.index.isin(ok.index), "outcome"] = COMMITTED
+    aborts = set(t.loc[t["f"] == "abort_txn", "txn"])
+    ended = np.where(out.index.isin(aborts), "abort_txn",
+                     np.where(out.index.isin(last_commit.index), "commit_txn", "none"))
+    out["ended_by"] = ended
+    chosen = ok.reindex(out.index).combine_first(last_commit.reindex(out.index))
+    first_commit = commits.groupby("txn")["invoke_index"].min()
+    out["commit_op"] = chosen["op"]
+    out["commit_invoke_index"] = first_commit.reindex(out.index)
+    out["commit_complete_index"] = chosen["complete_index"]
+    return out.rename_axis("txn").reset_index()
+
+
+def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index,
+           written: WriteIndex) -> pd.DataFrame:
+    """txns with each unknown transaction that a read_committed poll saw made committed.
+
+    A read_committed reader sees a transaction's records only after its commit marker,
+    so a read_committed poll returning a record of a transaction of unknown outcome (its
+    value, in the partition a send that did not fail wrote it to) proves it committed.
+    Its commit_complete_index becomes the completion of the first such poll, by when it
+    surely had committed. Aborted transactions stay aborted (a read of one is an
+    aborted_read)."""
+    unknown = (txns["outcome"] == UNKNOWN).to_numpy(dtype=bool)
+    w = written.writes
+    if not unknown.any() or not polls.files or not w.num_rows:
+        return txns
+    candidates = pd.Index(txns.loc[unknown, "txn"].to_numpy(dtype=object))
+    w_txn = strings(w.column("txn"))
+    w_cand = ((positions_in(candidates, w_txn) >= 0)
+              & pc.fill_null(pc.not_equal(w.column("type"), "fail"), True).to_numpy(
+                  zero_copy_only=False))
+    values, valid = ints(w.column("value"))
+    cand_values = pa.array(values[w_cand & valid], type=pa.int64())
+    if not len(cand_values):
+        return txns
+    w_topic = strings(w.column("topic"))
+    w_part, w_part_ok = ints(w.column("partition"))
+    never = np.iinfo(np.int64).max
+    first: dict = {}
+    for raw in polls.blocks():
+        # Few reads are of candidate transactions: pick them out before any join.
+        mask = pc.fill_null(pc.is_in(raw.column("value"), value_set=cand_values), False)
+        if not pc.any(mask).as_py():
+            continue
+        r = raw.filter(mask)
+        wr = written.rows_of(*ints(r.column("value")))
+        at = positions_in(ops_index, ints(r.column("op"))[0])
+        op_rows = pa.array(np.maximum(at, 0), type=pa.int64())
+        iso = strings(ops_t.column("isolation").take(op_rows))
+        done, done_ok = ints(ops_t.column("complete_index").take(op_rows))
+        r_part, r_part_ok = ints(r.column("partition"))
+        wr_ = np.maximum(wr, 0)
+        keep = ((wr >= 0) & (at >= 0) & (iso == READ_COMMITTED)
+                & (strings(r.column("topic")) == w_topic[wr_])
+                & r_part_ok & w_part_ok[wr_] & (r_part == w_part[wr_]))
+        for t, i in zip(w_txn[wr_[keep]], np.where(done_ok, done, never)[keep]):
+            first[t] = min(first.get(t, never), int(i))
+    if not first:
+        return txns
+    txns = txns.copy()
+    proven = txns["txn"].isin(list(first)).to_numpy(dtype=bool)
+    txns.loc[proven, "outcome"] = COMMITTED
+    seen = txns.loc[proven, "txn"].map(first)
+    txns.loc[proven, "commit_complete_index"] = seen.where(seen < never)
+    return txns
+
+
+def write_status(txn: np.ndarray, send_type: np.ndarray, outcome: np.ndarray) -> np.ndarray:
+    in_txn = np.array([x is not None for x in txn], dtype=bool)
+    st, oc = send_type, np.where(outcome == None, "", outcome)  # noqa: E711
+    plain = np.select([st == "ok", st == "fail"], [COMMITTED, FAILED], UNKNOWN)
+    txnal = np.select(
+        [st == "fail", oc == ABORTED, oc == UNKNOWN, (oc == COMMITTED) & (st == "ok")],
+        [FAILED, ABORTED, UNKNOWN, COMMITTED], UNKNOWN)
+    return np.where(in_txn, txnal, plain)
+
+
+def join_txns(cols: dict, txns_t: pa.Table, txns_index: pd.Index) -> dict:
+    """Set the txn_* columns and the status of write columns `cols` from the txns."""
+    txn = strings(cols["txn"])
+    cols.update(take_rows(txns_t, positions_in(txns_index, txn), [
+        "outcome", "begin_index", "commit_invoke_index", "commit_complete_index"],
+        prefix="txn_"))
+    cols["status"] = pa.array(write_status(txn, strings(cols["type"]),
+                                      strings(cols["txn_outcome"])), type=pa.string())
+    return cols
+
+
+def rejoin_txns(writes: pa.Table, txns_t: pa.Table, txns_index: pd.Index) -> pa.Table:
+    """The writes table (same rows, same order) joined to new txns."""
+    cols = join_txns({c: writes.column(c) for c in writes.column_names}, txns_t, txns_index)
+    return pa.table({f.name: cols[f.name] for f in writes.schema}).cast(writes.schema)
