@@ -29,7 +29,7 @@ _FACT_COLUMNS = (("row", StringType()), ("txn2", StringType()), ("kind", StringT
                  ("n1", LongType()), ("n2", LongType()), ("a1", LongType()),
                  ("a2", LongType()), ("a3", LongType()), ("a4", LongType()),
                  ("a5", LongType()), ("a6", LongType()))
-OUT_SCHEMA = StructType(list(anomaly.SCHEMA.fields)
+OUT_SCHEMA = StructType(list(anomaly.spark_schema().fields)
                         + [StructField(n, t) for n, t in _FACT_COLUMNS])
 _LONGS = {f.name for f in OUT_SCHEMA if isinstance(f.dataType, LongType)}
 
@@ -179,7 +179,7 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
 
 
 def find(tables, families) -> DataFrame:
-    """The families' anomalies as a Spark DataFrame of anomaly.SCHEMA."""
+    """The families' anomalies as a Spark DataFrame of anomaly.spark_schema()."""
     spark = tables.spark
     found = collect(tables, families)
     if found.empty:
@@ -188,4 +188,4 @@ def find(tables, families) -> DataFrame:
     rows = [tuple(None if pd.isna(v) else int(v) if is_long else v
                   for v, is_long in zip(r, longs))
             for r in found.itertuples(index=False, name=None)]
-    return spark.createDataFrame(rows, anomaly.SCHEMA)
+    return spark.createDataFrame(rows, anomaly.spark_schema())
