@@ -7,13 +7,13 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from histories import RU, History
 
 from onceproof.checkers import Verdict, check, engine
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.load import convert, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
+from tests.histories import RU, History
 
 
 def kitchen_sink(path) -> History:
