@@ -86,8 +86,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
           detail="the bound, and the scan that covered it")),
     _a("unseen", "loss", """
-       An acknowledged write that the final reads did not return although they went over
-       it: it was acknowledged before the final watermarks were read, so it lies below
+       An acknowledged write that the final reads (polls marked final) did not return
+       although they went over it: it was acknowledged before the final watermarks were read, so it lies below
        the final high watermark, and a final reader's scan covered every offset from at
        or below it up to where it must be. A write whose known offset is at or past the
        final high watermark is unseen too, with or without final reads: the log ends
@@ -123,7 +123,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        Within one consumer's run, consecutive (not retracted) reads at offsets a < b
        while the read log holds a value visible to that consumer strictly between them;
        within one poll and across polls. After a seek whose first reads were retracted,
-       the first remaining read b skips if a visible value lies in [seek position, b).""",
+       the first remaining read b skips if a visible value lies in [seek position, b).
+       This is what a pipeline that does not rewind after an abort does.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
           detail="the skipped offset and value")),
     _a("nonmonotonic_poll", "consumption", """
@@ -149,7 +150,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        or its send acknowledged) before W2 was invoked (its first op, or its send), yet a
        record of W2 precedes a record of W1 there. Two sends of one process are left to
        nonmonotonic_send. A send counts only at offsets known from its ack or a read and
-       still held by it.""",
+       still held by it: no read returned another value there, and no reader went over
+       it without returning it.""",
        _w(**_AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
           detail="names W1")),
     # Dependency cycles (cycles)
@@ -180,7 +182,7 @@ REGISTRY: tuple[Anomaly, ...] = (
        A successful commit of a group's offset for a partition is lower than one the
        same process made that completed before it was invoked, and that process did not
        seek that partition below the earlier offset in between. Commits by different
-       processes are not compared.""",
+       processes are not compared: any member of a group may commit, in any order.""",
        _w(**_AT, op="the lower commit", offset="", txn="", detail="the earlier commit")),
     _a("stale_offset_fetch", "groups", """
        A fetch_offsets returned an offset no commit it could observe wrote: it may return
