@@ -4,7 +4,7 @@
     python bench/checkers_bench.py --events 250000  # any sizes; --keep DIR keeps the files
 
 Steps, each timed:
-1. synthesize a valid history of about N events with checkers/synth.py, streamed to
+1. synthesize a valid history of about N events with tests/support/synth/, streamed to
    JSONL (the model keeps compact per-partition arrays, never the events);
 2. convert it once to the checkers' Parquet tables (checkers.store.convert);
 3. the full check suite on those tables (checkers.check), in one SparkSession;
@@ -29,9 +29,11 @@ from pathlib import Path
 
 import psutil
 
+# The repository root, so that the test support the benchmark shares (tests.support)
+# imports when this runs as `python bench/checkers_bench.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from onceproof.checkers.synth import Shape, synthesize_file
+from tests.support.synth.clients import Shape, synthesize_file
 
 SIZES = {"1m": 1_000_000, "10m": 10_000_000}
 

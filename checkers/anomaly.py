@@ -1,36 +1,225 @@
-"""The one shape every checker reports in, and the severity of each anomaly type.
+"""Every anomaly type, defined once, and the one shape every checker reports in.
 
 A row is one concrete anomaly: its `type`, its `severity`, and the fields a person needs
 to find it in the history (the process and op that saw or did it, the partition and
 offset, the value, the transaction) plus a `detail` sentence.
 
+REGISTRY holds, for each type: the family (the checkers module that finds it, whose
+docstrings give the full reasoning), its severity, its definition (the one text the
+report and docs/checkers.md show), and its witnesses: which of COLUMNS its rows fill
+and what each holds. Its order is the order a verdict lists types in.
+
 Severity: a `violation` contradicts what Kafka claims and makes the history invalid; a
-`note` is reported but does not, because Kafka does not claim to prevent it (see
-checkers/cycles.py).
+`note` is reported but does not, because Kafka does not claim to prevent it. The cycle
+types can be either: their checker decides each cycle from real time
+(checkers/cycles.py).
+
+This module imports no Spark: the report and the docs read the registry without a JVM.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import pandas as pd
 import pyarrow as pa
 
 VIOLATION, NOTE = "violation", "note"
+# Decided per anomaly by its checker: a note, or a violation when the checker proves it.
+EITHER = "note or violation"
 
 COLUMNS = ("type", "severity", "process", "op", "topic", "partition", "offset", "value",
            "txn", "detail")
 LONGS = frozenset({"op", "partition", "offset", "value"})
 SCHEMA = pa.schema([(c, pa.int64() if c in LONGS else pa.string()) for c in COLUMNS])
 
-# Every anomaly type, in the order a verdict lists them.
-TYPES = (
-    "duplicate", "inconsistent_offset", "unattributed_read",
-    "lost_write", "unseen", "hanging_txn",
-    "aborted_read", "precommitted_read", "torn_txn",
-    "poll_skip", "nonmonotonic_poll", "rewind_mismatch",
-    "nonmonotonic_send", "commit_order",
-    "g0", "g1c", "g_single",
-    "offset_regression", "stale_offset_fetch",
-    "duplicate_output", "lost_input",
+
+@dataclass(frozen=True)
+class Anomaly:
+    """One anomaly type. `witnesses` maps each column its rows fill, besides type and
+    severity, to what that column holds for this type ("" when it needs no words)."""
+
+    name: str
+    family: str
+    severity: str
+    definition: str
+    witnesses: MappingProxyType
+
+    def allows(self, severity: str) -> bool:
+        return severity == self.severity or (self.severity == EITHER
+                                             and severity in (NOTE, VIOLATION))
+
+
+def _w(**fields: str) -> MappingProxyType:
+    unknown = set(fields) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"not anomaly columns: {', '.join(sorted(unknown))}")
+    return MappingProxyType({c: fields[c] for c in COLUMNS if c in fields})
+
+
+def _a(name: str, family: str, definition: str, witnesses: MappingProxyType,
+       severity: str = VIOLATION) -> Anomaly:
+    return Anomaly(name, family, severity, " ".join(definition.split()), witnesses)
+
+
+# Where most rows point: the op that did or saw it, in its partition.
+_AT = {"process": "", "topic": "", "partition": ""}
+
+REGISTRY: tuple[Anomaly, ...] = (
+    # What each offset holds (log_values)
+    _a("duplicate", "log_values", """
+       One written value observed (by a read or a send's ack) at two or more distinct
+       offsets of a partition. Each write appends its value once.""",
+       _w(**_AT, op="the observation at the second offset", offset="the second offset",
+          value="", txn="the observing op's transaction", detail="every offset")),
+    _a("inconsistent_offset", "log_values", """
+       One offset of a partition observed holding two different values: the log was
+       rewritten under a reader (a truncated and refilled leader).""",
+       _w(**_AT, op="an observation of the second value", offset="", value="the second value",
+          txn="the observing op's transaction", detail="every value observed there")),
+    _a("unattributed_read", "log_values", """
+       A poll returned a value that no send in the history wrote.""",
+       _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail="")),
+    # Writes missing from the log (loss)
+    _a("lost_write", "loss", """
+       An acknowledged write (a send ok outside a transaction, or in a committed one)
+       whose value no read ever returned, although some reader's scan surely went over
+       its offset.""",
+       _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
+          detail="the bound, and the scan that covered it")),
+    _a("unseen", "loss", """
+       An acknowledged write that the final reads (polls marked final) did not return
+       although they went over it: it was acknowledged before the final watermarks were read, so it lies below
+       the final high watermark, and a final reader's scan covered every offset from at
+       or below it up to where it must be. A write whose known offset is at or past the
+       final high watermark is unseen too, with or without final reads: the log ends
+       before it (a truncated acks=1 leader can leave the partition empty).""",
+       _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
+          detail="why it must have been seen")),
+    _a("hanging_txn", "loss", """
+       The last watermarks read show a partition's last stable offset below its high
+       watermark: a transaction never finished.""",
+       _w(**_AT, op="the watermarks op", offset="the last stable offset",
+          detail="the high watermark")),
+    # Transactions and readers (isolation)
+    _a("aborted_read", "isolation", """
+       G1a: a poll (any isolation) returned a value written by a transaction that
+       aborted or by a send that failed. A read_uncommitted consumer that sees aborted
+       data is reported too: it is the known-bad configuration to catch.""",
+       _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
+          detail="")),
+    _a("precommitted_read", "isolation", """
+       A read_committed poll returned a value of a transaction and completed before that
+       transaction's first commit_txn was invoked.""",
+       _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
+          detail="both event indexes")),
+    _a("torn_txn", "isolation", """
+       A committed transaction (a visible write proves an unknown one committed) some of
+       whose appended writes read_committed polls returned while others are missing: no
+       read_committed poll returned them although a read_committed reader's scan went
+       over them.""",
+       _w(**_AT, op="a missing write's send", offset="", value="", txn="",
+          detail="a write that was seen")),
+    # Where consumers read (consumption)
+    _a("poll_skip", "consumption", """
+       Within one consumer's run, consecutive (not retracted) reads at offsets a < b
+       while the read log holds a value visible to that consumer strictly between them;
+       within one poll and across polls. After a seek whose first reads were retracted,
+       the first remaining read b skips if a visible value lies in [seek position, b).
+       This is what a pipeline that does not rewind after an abort does.""",
+       _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
+          detail="the skipped offset and value")),
+    _a("nonmonotonic_poll", "consumption", """
+       Within one consumer's run, the next (not retracted) read after one at offset a is
+       at b <= a: back, or the same offset again, with no seek or assign between.""",
+       _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
+          detail="")),
+    _a("rewind_mismatch", "consumption", """
+       After a seek to offset o, the consumer's next read of the partition is not the
+       first value visible to it at an offset >= o.""",
+       _w(**_AT, op="the poll of that read", offset="", value="", txn="the poll's transaction",
+          detail="what was expected")),
+    # Order of appends (ordering)
+    _a("nonmonotonic_send", "ordering", """
+       One process's acknowledged sends to one partition (outside transactions, or
+       within one transaction), in the order it sent them, got offsets that do not
+       increase (within one send, too).""",
+       _w(**_AT, op="the later send", offset="", value="", txn="",
+          detail="the previous send and its offset")),
+    _a("commit_order", "ordering", """
+       Committed writes W1 and W2 to one partition, each a committed transaction or an
+       acknowledged send outside any transaction: W1 completed (its commit surely done,
+       or its send acknowledged) before W2 was invoked (its first op, or its send), yet a
+       record of W2 precedes a record of W1 there. Two sends of one process are left to
+       nonmonotonic_send. A send counts only at offsets known from its ack or a read and
+       still held by it: no read returned another value there, and no reader went over
+       it without returning it.""",
+       _w(**_AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
+          detail="names W1")),
+    # Dependency cycles (cycles)
+    _a("g0", "cycles", """
+       Write cycle: a cycle of ww edges between committed transactions. A note, since
+       concurrent transactions may append to two partitions in opposite orders; a
+       violation when no real-time execution could produce it.""",
+       _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
+          txn="the first edge's source transaction", detail="the cycle, edge by edge"),
+       severity=EITHER),
+    _a("g1c", "cycles", """
+       Circular information flow: a cycle of ww and wr edges with at least one wr. A note
+       when real time allows it; a violation when no real-time execution could produce
+       it.""",
+       _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
+          value="the value read, on a wr edge", txn="the first edge's source transaction",
+          detail="the cycle, edge by edge"),
+       severity=EITHER),
+    _a("g_single", "cycles", """
+       Read skew: a cycle with exactly one rw edge, the rest ww or wr. A note when real
+       time allows it; a violation when no real-time execution could produce it.""",
+       _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
+          value="the value read, on a wr edge", txn="the first edge's source transaction",
+          detail="the cycle, edge by edge"),
+       severity=EITHER),
+    # Consumer-group offsets (groups)
+    _a("offset_regression", "groups", """
+       A successful commit of a group's offset for a partition is lower than one the
+       same process made that completed before it was invoked, and that process did not
+       seek that partition below the earlier offset in between. Commits by different
+       processes are not compared: any member of a group may commit, in any order.""",
+       _w(**_AT, op="the lower commit", offset="", txn="", detail="the earlier commit")),
+    _a("stale_offset_fetch", "groups", """
+       A fetch_offsets returned an offset no commit it could observe wrote: it may return
+       the latest successful commit that completed before it was invoked (or any of
+       several that raced each other), any commit in flight while it ran, or any commit
+       of uncertain outcome invoked before it completed. Before any successful commit
+       completed, it may return only nothing or such a racing or uncertain commit.""",
+       _w(**_AT, op="the fetch", offset="what it returned, null for none", txn="",
+          detail="what it was allowed to return")),
+    # Consume-transform-produce (pipeline)
+    _a("duplicate_output", "pipeline", """
+       One input value is the source of two or more definitely committed outputs in one
+       output topic.""",
+       _w(**_AT, op="the second output's send", offset="", value="", txn="",
+          detail="every output of that input")),
+    _a("lost_input", "pipeline", """
+       An input record, visible to read_committed readers, at an offset a group committed
+       past with send_offsets in a committed transaction (and at or after the lowest
+       offset pipelines read in that partition), that no output which may be committed
+       names as its source. Assumes each input yields an output.""",
+       _w(**_AT, op="the send_offsets", offset="the input's", value="the input's",
+          txn="the send_offsets' transaction", detail="")),
 )
+
+BY_NAME = MappingProxyType({a.name: a for a in REGISTRY})
+# Every anomaly type, in the order a verdict lists them.
+TYPES = tuple(BY_NAME)
+
+
+def of_family(family: str) -> tuple[str, ...]:
+    """The types a family (a checkers module's short name) finds, in registry order."""
+    found = tuple(a.name for a in REGISTRY if a.family == family)
+    if not found:
+        raise ValueError(f"no anomaly type belongs to family {family!r}")
+    return found
 
 
 def empty(spark):

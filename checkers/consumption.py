@@ -18,7 +18,7 @@ from .anomaly import num
 from .partlog import READ, PartitionLog
 from .tables import READ_COMMITTED
 
-TYPES = ("poll_skip", "nonmonotonic_poll", "rewind_mismatch")
+TYPES = anomaly.of_family("consumption")
 
 
 def _gap(pl: PartitionLog, iso: np.ndarray, a: np.ndarray, b: np.ndarray,

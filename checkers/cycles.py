@@ -57,7 +57,7 @@ from . import anomaly, engine, graph, spans
 from .partlog import PartitionLog
 from .tables import COMMITTED, READ_COMMITTED
 
-TYPES = ("g0", "g1c", "g_single")
+TYPES = anomaly.of_family("cycles")
 WW, WR, RW = "ww", "wr", "rw"
 EDGE_FACT = "edge"
 # An edge fact: txn -> txn2 of `kind`, witnessed by the source op (op, a1 = invoke
@@ -424,7 +424,7 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
                 e.loc[len(gr.e):, col] = gr.e[col].to_numpy()[j] if col != "value" else None
             gr = _Graph(e, names)
             ww, wr, rw = gr.kind == WW, gr.kind == WR, gr.kind == RW
-    src, dst, kind, bad = gr.src, gr.dst, gr.kind, gr.bad
+    src, dst, bad = gr.src, gr.dst, gr.bad
     adj = graph.csr(n, src, dst)
 
     def report(type, edges):

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import PartitionLog
 from .tables import COMMITTED, UNKNOWN
 
-TYPES = ("offset_regression", "stale_offset_fetch")
+TYPES = of_family("groups")
 
 
 def _record(type, row, detail, offset) -> dict:

@@ -6,11 +6,11 @@ import sys
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import PartitionLog
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
-TYPES = ("aborted_read", "precommitted_read", "torn_txn")
+TYPES = of_family("isolation")
 TORN_FACT = "torn"
 
 

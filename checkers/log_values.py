@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import PartitionLog
 
-TYPES = ("duplicate", "inconsistent_offset", "unattributed_read")
+TYPES = of_family("log_values")
 
 
 def observations(pl: PartitionLog) -> pd.DataFrame:

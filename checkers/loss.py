@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
-TYPES = ("lost_write", "unseen", "hanging_txn")
+TYPES = of_family("loss")
 
 
 def _where(w) -> str:

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine, spans
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
-TYPES = ("nonmonotonic_send", "commit_order")
+TYPES = of_family("ordering")
 
 
 def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:

@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num
+from .anomaly import VIOLATION, num, of_family
 from .partlog import VIS_RC, PartitionLog
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
-TYPES = ("duplicate_output", "lost_input")
+TYPES = of_family("pipeline")
 OUTPUT, INPUT = "output", "input"
 
 

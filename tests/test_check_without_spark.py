@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from histories import History
+from tests.histories import History
 
 _SCRIPT = """
 import json, os, sys

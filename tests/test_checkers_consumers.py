@@ -2,7 +2,7 @@
 offset_regression, stale_offset_fetch, duplicate_output, lost_input."""
 from __future__ import annotations
 
-from histories import RU, History, example, found, verdict
+from tests.histories import RU, History, example, found, verdict
 
 
 def _three(h):

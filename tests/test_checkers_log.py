@@ -2,7 +2,7 @@
 unseen, hanging_txn. Each anomaly has a history with it and a valid one without."""
 from __future__ import annotations
 
-from histories import RU, History, example, found, verdict
+from tests.histories import RU, History, example, found, verdict
 
 
 def test_duplicate(tmp_path):

@@ -7,13 +7,13 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from histories import RU, History
 
-from onceproof.checkers import Verdict, check, engine
+from onceproof.checkers import Verdict, anomaly, check, engine
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import convert, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
+from tests.histories import RU, History
 
 
 def kitchen_sink(path) -> History:
@@ -131,6 +131,18 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     here = engine.collect(tables, FAMILIES, local=True)
     assert set(on_spark["type"]) == set(TYPES)
     assert _rows(on_spark) == _rows(here)
+
+
+def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
+    """What the registry says of each type's rows (checkers/anomaly.py) is what the
+    families emit, for every type."""
+    here = engine.collect(read_parquet(convert(sink, tmp_path / "tables"), None), FAMILIES,
+                          local=True)
+    for row in here.to_dict("records"):
+        a = anomaly.BY_NAME[row["type"]]
+        assert a.allows(row["severity"]), row
+        filled = {c for c, v in row.items() if v is not None and not pd.isna(v)}
+        assert filled <= {"type", "severity", *a.witnesses}, row
 
 
 def test_tasks_never_split_a_partition(spark, tmp_path):

@@ -2,7 +2,7 @@
 commit_order, and the dependency-graph cycles g0, g1c, g_single."""
 from __future__ import annotations
 
-from histories import RC, RU, History, example, found, verdict
+from tests.histories import RC, RU, History, example, found, verdict
 
 
 def test_aborted_read_of_an_aborted_transaction(tmp_path):

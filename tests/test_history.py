@@ -175,7 +175,7 @@ def test_transaction_outcomes_follow_the_documented_rules(tmp_path):
 
 
 def test_write_statuses(tmp_path):
-    from histories import History
+    from tests.histories import History
     with History(tmp_path / "h.jsonl") as h:
         h.send("p0", [(0, 1, 0)])
         h.send("p0", [(0, 2)], type="fail")
@@ -190,7 +190,7 @@ def test_write_statuses(tmp_path):
 
 
 def test_a_value_written_twice_is_refused(tmp_path):
-    from histories import History
+    from tests.histories import History
     with History(tmp_path / "h.jsonl") as h:
         h.send("p0", [(0, 1, 0)])
         h.send("p1", [(0, 1, 1)])
@@ -199,7 +199,7 @@ def test_a_value_written_twice_is_refused(tmp_path):
 
 
 def test_reads_carry_their_writer(tmp_path):
-    from histories import History
+    from tests.histories import History
     with History(tmp_path / "h.jsonl") as h:
         h.txn("p1", "A", [(0, 4, 0)])
         h.poll("c0", [(0, 0, 4), (0, 1, 77)])

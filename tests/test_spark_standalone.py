@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from onceproof.checkers import check
-from onceproof.checkers.synth import inject, synthesize, write_history
+from tests.support.synth.clients import synthesize, write_history
+from tests.support.synth.scenarios import inject
 
 pytestmark = pytest.mark.spark_cluster
 
@@ -88,7 +89,8 @@ def standalone_cluster(tmp_path: Path):
                         "--cores", "1", "--memory", "1g",
                         "--work-dir", str(tmp_path / "work")]),
         ):
-            log = open(tmp_path / f"{name}.log", "wb")
+            # Open while the cluster runs; closed after it stops.
+            log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115
             logs.append(log)
             procs.append(subprocess.Popen([spark_class, *args], env=env, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True))
@@ -161,5 +163,5 @@ def test_no_daemon_outlives_the_cluster(tmp_path):
         procs = [psutil.Process(pid) for pid in c["pids"]]
         procs += [k for p in procs for k in p.children(recursive=True)]
         assert all(p.is_running() for p in procs)
-    gone, alive = psutil.wait_procs(procs, timeout=10)
+    _, alive = psutil.wait_procs(procs, timeout=10)
     assert not alive, [p.cmdline() for p in alive]

@@ -1,4 +1,4 @@
-"""Unit tests of the reference model in checkers/synth.py, without Spark.
+"""Unit tests of the reference model in tests/support/synth/, without Spark.
 
 The audit below re-derives Kafka's rules from the events alone (not from the model's
 internals), so a bug in the model shows up as a history that breaks a rule here.
@@ -6,13 +6,16 @@ internals), so a bug in the model shows up as a history that breaks a rule here.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import random
 
 import pytest
 
-from onceproof.checkers import synth
-from onceproof.checkers.synth import RC, RU, Shape, inject, synthesize
+from onceproof.checkers.anomaly import TYPES
+from tests.support.synth.clients import Shape, synthesize, synthesize_file
+from tests.support.synth.model import RC, RU, TOPIC_IN
+from tests.support.synth.scenarios import SCENARIOS, X_TOPIC, inject
 
 SEEDS = range(8)
 
@@ -80,7 +83,7 @@ def _log_from(events):
 def _audit_structure(events):
     assert [e["index"] for e in events] == list(range(len(events)))
     times = [e["time"] for e in events]
-    assert all(a < b for a, b in zip(times, times[1:]))
+    assert all(a < b for a, b in itertools.pairwise(times))
     pending = {}
     completions = collections.Counter()
     for ev in events:
@@ -239,7 +242,7 @@ def test_every_committed_input_has_exactly_one_committed_output(history):
     assert {v: outputs[v] for v in inputs} == {v: 1 for v in inputs}
 
 
-def _in_topic(history, value, topic=synth.TOPIC_IN):
+def _in_topic(history, value, topic=TOPIC_IN):
     for ev in history:
         if ev["f"] == "send" and ev["type"] == "invoke":
             for r in ev["value"]["records"]:
@@ -295,23 +298,29 @@ def test_size_follows_the_shape():
 
 def test_streaming_file_matches_the_list(tmp_path):
     path = tmp_path / "h.jsonl"
-    n = synth.synthesize_file(path, 4, Shape(ops=120))
+    n = synthesize_file(path, 4, Shape(ops=120))
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == n
     assert lines == synthesize(4, ops=120)
 
 
-@pytest.mark.parametrize("anomaly", synth.ANOMALIES)
-def test_injection_keeps_the_history_well_formed(anomaly):
+def test_every_anomaly_type_has_a_scenario():
+    """A type added to the registry (checkers/anomaly.py) needs a scenario that injects
+    it, or the property tests cannot hold the checkers to it."""
+    assert tuple(SCENARIOS) == TYPES
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_injection_keeps_the_history_well_formed(kind):
     base = synthesize(2, ops=150)
-    out = inject(base, anomaly, random.Random(0))
+    out = inject(base, kind, random.Random(0))
     _audit_structure(out)
     # The base history is untouched apart from the watermarks that now list the scenario's topic.
     kept = [ev for ev in out if not ev["process"].startswith("x")]
     assert [(e["op"], e["process"], e["type"], e["f"]) for e in kept] == \
         [(e["op"], e["process"], e["type"], e["f"]) for e in base]
     marks = next(ev for ev in out if ev["f"] == "watermarks" and ev["type"] == "ok")
-    assert any(m["topic"] == synth.X_TOPIC for m in marks["value"]["partitions"])
+    assert any(m["topic"] == X_TOPIC for m in marks["value"]["partitions"])
     assert len(out) > len(base)
 
 
@@ -343,7 +352,7 @@ def test_whole_txn_reads_take_each_input_transaction_in_one_poll():
         h = synthesize(seed, processes=7, ops=400, whole_txn_reads=True)
         writes = _writes(h)
         by_txn = collections.defaultdict(set)
-        for v, (txn, kind, off) in writes.items():
+        for v, (txn, kind, _) in writes.items():
             if txn and not txn.startswith("pipe") and kind == "ok" and _in_topic(h, v):
                 by_txn[txn].add(v)
         for ev in _polls(h):
@@ -363,7 +372,7 @@ def test_without_whole_txn_reads_the_pipeline_can_split_a_transaction():
         h = synthesize(seed, processes=7, ops=400, partitions=3)
         writes = _writes(h)
         by_txn = collections.defaultdict(set)
-        for v, (txn, kind, off) in writes.items():
+        for v, (txn, kind, _) in writes.items():
             if txn and not txn.startswith("pipe") and kind == "ok" and _in_topic(h, v):
                 by_txn[txn].add(v)
         for ev in _polls(h):

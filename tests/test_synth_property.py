@@ -1,4 +1,4 @@
-"""The checkers against the reference model (checkers/synth.py).
+"""The checkers against the reference model (tests/support/synth/).
 
 Two properties: a history the model synthesizes is valid, so the checkers must find no
 violation in it; and the same kind of history with one injected anomaly of type X must
@@ -25,7 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceproof.checkers import check
-from onceproof.checkers.synth import ANOMALIES, IMPLIES, NOTES, Shape, inject, synthesize, write_history
+from onceproof.checkers.anomaly import TYPES
+from tests.support.synth.clients import Shape, synthesize, write_history
+from tests.support.synth.scenarios import IMPLIES, NOTES, inject
 
 _NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 EXAMPLES = int(os.environ.get("ONCEPROOF_SYNTH_EXAMPLES") or (300 if _NIGHTLY else 25))
@@ -45,7 +47,7 @@ def _reproduce(seed: int, shape: Shape, anomaly: str | None, path, on_spark: boo
     how = f"synthesize({seed}, {shape!r})"
     if anomaly:
         how = f"inject({how}, {anomaly!r}, random.Random({seed}))"
-    return (f"history {path}; rebuild it with checkers.synth: {how}; "
+    return (f"history {path}; rebuild it with tests.support.synth: {how}; "
             f"checked with local={False if on_spark else None}")
 
 
@@ -60,7 +62,7 @@ def test_synthesized_valid_histories_pass(spark, tmp_path_factory, seed, shape, 
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), shape=shapes, anomaly=st.sampled_from(ANOMALIES),
+@given(seed=st.integers(0, 2**32 - 1), shape=shapes, anomaly=st.sampled_from(TYPES),
        on_spark=st.booleans())
 def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, seed, shape,
                                                     anomaly, on_spark):
@@ -74,7 +76,7 @@ def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, see
         assert not verdict.valid, why
 
 
-@pytest.mark.parametrize("anomaly", ANOMALIES)
+@pytest.mark.parametrize("anomaly", TYPES)
 def test_each_injection_is_exactly_one_anomaly(spark, tmp_path, anomaly):
     """Every type, once, on one small history, on Spark: the property above samples
     types, so this keeps a missed type from hiding behind the sampling."""

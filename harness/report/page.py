@@ -22,11 +22,12 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from onceproof.checkers import anomaly
 from onceproof.checkers.history import NEMESIS
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
-from onceproof.report.text import DEFINITIONS, summary
+from onceproof.report.text import summary
 
 FIRST_OPS = 300
 CONTEXT = 2  # neighbours of a linked op shown on each side, per process and overall
@@ -35,9 +36,6 @@ PER_TXN = 12
 PER_VALUE = 8
 MAX_FAULT_ROWS = 500
 MAX_WINDOW_ROWS = 200
-# checkers.anomaly.COLUMNS, without importing pyspark for it
-EXAMPLE_FIELDS = ("type", "severity", "process", "op", "topic", "partition", "offset", "value",
-                  "txn", "detail")
 
 
 @dataclass
@@ -96,7 +94,7 @@ def _read_verdict(path: Path) -> dict | None:
     d = _read_json(path)
     if not isinstance(d, dict):
         return None
-    examples = {t: [{**{c: None for c in EXAMPLE_FIELDS}, **ex} for ex in exs]
+    examples = {t: [{**{c: None for c in anomaly.COLUMNS}, **ex} for ex in exs]
                 for t, exs in (d.get("examples") or {}).items()}
     return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
             "examples": examples, "notes": list(d.get("notes") or []),
@@ -281,13 +279,16 @@ def _unique(xs) -> list:
 def _anomaly_rows(verdict, examples: dict[str, list[Example]]) -> list[dict]:
     if not verdict:
         return []
-    order = list(DEFINITIONS)
+    order = anomaly.TYPES
     counts = verdict.get("counts", {})
     kinds = sorted(set(counts) | set(examples),
                    key=lambda t: (order.index(t) if t in order else len(order), t))
     notes = set(verdict.get("notes", []))
+    # A verdict written by another version may name a type this registry does not know.
+    known = anomaly.BY_NAME
     return [{"type": t, "count": counts.get(t, 0), "severity": "note" if t in notes else "violation",
-             "definition": DEFINITIONS.get(t, ""), "examples": examples.get(t, [])}
+             "definition": known[t].definition if t in known else "",
+             "examples": examples.get(t, [])}
             for t in kinds]
 
 

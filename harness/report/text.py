@@ -1,50 +1,12 @@
-"""Words for the report: what each anomaly type means, and one-line summaries of values.
+"""Words for the report: one-line summaries of what an op's value says.
 
-Definitions are short on purpose (the checkers' module docstrings hold the full rules);
-they are keyed and ordered as checkers.anomaly.TYPES, which a test keeps in step.
+What each anomaly type means is the checkers' registry (checkers/anomaly.py), not here.
 """
 from __future__ import annotations
 
 import json
 
 from markupsafe import Markup, escape
-
-DEFINITIONS = {
-    "duplicate": "One written value appears at two offsets of a partition: it was appended twice.",
-    "inconsistent_offset": "One offset of a partition was seen holding two different values.",
-    "unattributed_read": "A read returned a value that no send in the history wrote.",
-    "lost_write": "An acknowledged write (or a committed transaction's write) is missing "
-                  "below offsets that readers reached.",
-    "unseen": "An acknowledged write was never seen by the final reads, after every fault healed.",
-    "hanging_txn": "At the end the last stable offset stayed below the high watermark: a "
-                   "transaction never finished.",
-    "aborted_read": "G1a: a read_committed consumer saw a value of a transaction that failed "
-                    "or aborted.",
-    "precommitted_read": "A read_committed consumer saw a value before its transaction's "
-                         "commit was invoked.",
-    "torn_txn": "Some but not all writes of one committed transaction are visible.",
-    "poll_skip": "A consumer's reads jumped over committed records, with no seek, rewind or "
-                 "reassignment to explain it.",
-    "nonmonotonic_poll": "A consumer read an offset at or before one it had already read, "
-                         "with no seek to explain it.",
-    "rewind_mismatch": "After seeking to offset o, the consumer did not read what the log "
-                       "holds from o.",
-    "nonmonotonic_send": "A producer's send was acknowledged at an offset not after its "
-                         "previous send's on that partition.",
-    "commit_order": "Transactions appear in an order that contradicts real time or another "
-                    "partition's order (T1 committed before T2 began, yet T2 comes first).",
-    "g0": "Write cycle: committed transactions appended in opposite orders on different "
-          "partitions (Kafka allows it for concurrent transactions).",
-    "g1c": "Circular information flow: a cycle of write and read dependencies between "
-           "committed transactions.",
-    "g_single": "Read skew: a cycle with exactly one anti-dependency (a transaction read a "
-                "partition before another's records were in it, yet follows it).",
-    "offset_regression": "A group's committed offset went backwards with no rewind asked for.",
-    "stale_offset_fetch": "A fetch of a group's committed offsets did not see the latest "
-                          "commit that had completed.",
-    "duplicate_output": "A pipeline's input record has more than one committed output.",
-    "lost_input": "A pipeline committed past an input record that has no committed output.",
-}
 
 _MAX_ITEMS = 8
 

@@ -1,0 +1,50 @@
+"""The anomaly registry (checkers/anomaly.py): the families find exactly its types, and
+docs/checkers.md shows its definitions. No Spark."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from onceproof.checkers import anomaly
+from onceproof.checkers.verdict import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_families_find_the_registry_types_in_its_order():
+    assert {a.family for a in anomaly.REGISTRY} == {f.__name__.rsplit(".", 1)[1] for f in FAMILIES}
+    assert tuple(t for f in FAMILIES for t in f.TYPES) == anomaly.TYPES
+
+
+def test_each_type_names_its_witnesses_and_a_severity():
+    for a in anomaly.REGISTRY:
+        assert a.severity in (anomaly.VIOLATION, anomaly.NOTE, anomaly.EITHER), a.name
+        assert a.definition, a.name
+        assert "detail" in a.witnesses, a.name
+        assert set(a.witnesses) <= set(anomaly.COLUMNS) - {"type", "severity"}, a.name
+
+
+def test_cycles_alone_may_be_notes():
+    assert {a.name for a in anomaly.REGISTRY if a.allows(anomaly.NOTE)} == {"g0", "g1c", "g_single"}
+
+
+def test_the_docs_show_the_registry():
+    done = subprocess.run([sys.executable, "docs/anomalies.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_registry_module_needs_no_spark():
+    """The report and the docs read it without a JVM (its Spark schema is built on
+    demand). Loaded from its file: the package's own imports are not this test's."""
+    code = f"""if True:
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("registry", {str(ROOT / "checkers" / "anomaly.py")!r})
+        sys.modules["registry"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert len(module.TYPES) == 21
+        assert "pyspark" not in sys.modules
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
