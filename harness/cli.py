@@ -17,6 +17,10 @@ class _Group(click.Group):
         from onceproof.workloads.plan import PlanError
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            # Click's own ways out (--help, a usage error, Ctrl-C at a prompt): click
+            # prints them and picks the exit code; they are no failure of the harness.
+            raise
         except (SetupError, PlanError) as exc:
             click.echo(f"onceproof: {exc}", err=True)
             sys.exit(2)
@@ -35,7 +39,24 @@ class _Group(click.Group):
             sys.exit(2)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import confluent_kafka
+
+    from onceproof import __version__
+    from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION
+    click.echo(f"onceproof {__version__}\n"
+               f"Kafka {DEFAULT_KAFKA_VERSION} (default release)\n"
+               f"librdkafka {confluent_kafka.libversion()[0]} (confluent-kafka "
+               f"{confluent_kafka.version()})")
+    ctx.exit()
+
+
 @click.group(cls=_Group)
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show onceproof's version, the default Kafka release and librdkafka's version.")
 def main() -> None:
     """Evidence, not marketing, for Kafka's exactly-once claims."""
 
