@@ -1,5 +1,5 @@
-"""The main job behind `onceproof run`: generate plans from a seed, run each on a local
-cluster under faults, check it, and leave one folder per run that a person can read.
+"""The `onceproof run` job: generate plans from a seed, run each on a local cluster under
+faults, check it, and leave one folder per run that a person can read.
 
 Each run's folder: plan.json, history.jsonl, history.parquet/, verdict.json, logs/ (node
 and toxiproxy logs) and report.html. Exit codes say who is at fault: 0 every run valid,
@@ -54,12 +54,12 @@ def fault_kinds(spec: str) -> tuple[str, ...]:
 
 
 def run_job(opts: JobOptions, console: Console | None = None) -> int:
-    from onceproof.checkers.spark import session
     from onceproof.errors import SetupError
     from onceproof.report.page import write_report
     console = console or Console()
     from onceproof.cluster.provision import kafka_version
-    # Every input is checked before anything slow starts (Spark, the cluster).
+    # Every input is checked before anything slow starts (the cluster; Spark, if a history
+    # is big enough to need it).
     kafka_version(opts.kafka_version)
     if opts.workload not in WORKLOADS:
         raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
@@ -71,7 +71,6 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     console.print(f"onceproof: {opts.workload} workload, faults {opts.faults}, seed {seed}, "
                   f"results in {root}")
     todo = draw_plans(strategy, opts.runs, seed)
-    spark = session(opts.spark_master)
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
@@ -94,7 +93,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
                                 f"anomalies so far: {sum(anomalies.values())}")
 
             folder = root / f"run-{i + 1}"
-            trial = run_trial(plan, cluster, folder, spark, on_step=on_step)
+            trial = run_trial(plan, cluster, folder, opts.spark_master, on_step=on_step)
             progress.update(task, completed=len(plan["steps"]) + 1,
                             status="valid" if trial.verdict.valid else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
@@ -145,8 +144,8 @@ def _summary(console: Console, trials, root: Path) -> None:
         for kind, n in sorted(v.counts.items()):
             if n:
                 ex = (v.examples.get(kind) or [{}])[0]
-                detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in
-                                                      ("op", "process", "topic", "partition", "offset", "value")
+                where = ("op", "process", "topic", "partition", "offset", "value")
+                detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in where
                                                       if ex.get(k) is not None)
                 found.add_row(kind, str(n), "note" if kind in v.notes else "violation",
                               f"{t.folder.name}: {detail}")

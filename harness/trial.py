@@ -1,4 +1,5 @@
-"""One trial: run a plan, check its history, and keep what a person needs to see a failure.
+"""Trials: run one plan on a cluster and check its history (`run_trial`), and keep the
+smallest failing plan per name with its evidence (`Counterexamples`).
 
 A trial's folder holds plan.json, history.jsonl, verdict.json and a copy of the node and
 toxiproxy logs. Because the system under test is nondeterministic, a plan that failed
@@ -10,9 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from onceproof.checkers import Verdict, check
 from onceproof.cluster.cluster import Cluster
 from onceproof.run.execute import run
 from onceproof.workloads.plan import save, size
@@ -22,25 +26,47 @@ from onceproof.workloads.plan import save, size
 class Trial:
     plan: dict
     folder: Path
-    verdict: object  # checkers.Verdict
+    verdict: Verdict
     seconds: float
+    exercised: Counter[str] = field(default_factory=Counter)  # see `exercised`
 
     @property
     def anomalies(self) -> set[str]:
         return {t for t, n in self.verdict.counts.items() if n}
 
 
-def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark=None,
-              on_step=None) -> Trial:
-    from onceproof.checkers import check
+def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: str | None = None,
+              on_step: Callable | None = None) -> Trial:
+    """Run plan on cluster, recording into folder, and check the history; Spark (at
+    spark_master, default local) starts only if the history is big enough to need it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save(plan, folder / "plan.json")
     started = time.monotonic()
     result = run(plan, cluster, folder, on_step=on_step)
-    verdict = check(result["history"], spark=spark)
+    verdict = check(result["history"], spark_master=spark_master)
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
-    return Trial(plan, folder, verdict, time.monotonic() - started)
+    return Trial(plan, folder, verdict, time.monotonic() - started, exercised(result["history"]))
+
+
+def exercised(history: str | Path) -> Counter[str]:
+    """What a history shows the system under test did, so a claim that held can be told
+    from one nothing tested: completed (ok) client ops per kind (`send`, `commit_txn`,
+    `seek`, ...), `acknowledged_writes` (records in ok sends) and `records_read` (records
+    returned by polls before the final reads)."""
+    seen: Counter[str] = Counter()
+    with open(history) as f:
+        for line in f:
+            e = json.loads(line)
+            if e["type"] != "ok" or e["process"] == "nemesis":
+                continue
+            seen[e["f"]] += 1
+            records = len((e.get("value") or {}).get("records") or ())
+            if e["f"] == "send":
+                seen["acknowledged_writes"] += records
+            elif e["f"] == "poll" and not e.get("final"):
+                seen["records_read"] += records
+    return seen
 
 
 def keep_logs(cluster: Cluster, folder: Path) -> None:
