@@ -113,8 +113,9 @@ def _finish_folder(trial, cluster: Cluster) -> None:
     keep_logs(cluster, trial.folder)
 
 
-def _outcomes(history: Path) -> tuple[Counter, Counter]:
-    ops, faults = Counter(), Counter()
+def _outcomes(history: Path) -> tuple[Counter[str], Counter[str]]:
+    ops: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
     with open(history) as f:
         for line in f:
             e = json.loads(line)
@@ -128,7 +129,8 @@ def _outcomes(history: Path) -> tuple[Counter, Counter]:
 
 
 def _summary(console: Console, trials, root: Path) -> None:
-    ops, faults = Counter(), Counter()
+    ops: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
     for t in trials:
         o, f = _outcomes(t.folder / "history.jsonl")
         ops.update(o)
