@@ -1,10 +1,10 @@
-"""The `onceproof run` job: generate plans from a seed, run each on a local cluster under
-faults, check it, and leave one folder per run that a person can read.
+"""The `onceproof run` job: plans from a seed, each run on a local cluster under faults and checked.
 
-Each run's folder: plan.json, history.jsonl, history.parquet/, verdict.json, logs/ (node
-and toxiproxy logs) and report.html. Exit codes say who is at fault: 0 every run valid,
-1 anomalies found (Kafka, or the application config, broke a claim), 2 the harness could
-not decide (setup failed, cluster never ready): never mix up the last two.
+Each run leaves a folder that a person can read: plan.json, history.jsonl,
+history.parquet/, verdict.json, logs/ (node and toxiproxy logs) and report.html. Exit
+codes say who is at fault: 0 every run valid, 1 anomalies found (Kafka, or the
+application config, broke a claim), 2 the harness could not decide (setup failed,
+cluster never ready): never mix up the last two.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The search policy (how a Hypothesis search spends cluster runs) and `hunt`, which uses it
-to search, shrink and replay one named suite.
+"""The search policy shared by properties and suites (`Search`), and hunting one suite (`hunt`).
 
 Searching is bounded by a number of plans (Hypothesis's max_examples); shrinking, which
 costs a cluster run per attempt, by a time budget counted from the first failure: from

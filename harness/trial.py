@@ -1,5 +1,4 @@
-"""Trials: run one plan on a cluster and check its history (`run_trial`), and keep the
-smallest failing plan per name with its evidence (`Counterexamples`).
+"""One plan run and checked in its own folder (`run_trial`), and the smallest failures kept.
 
 A trial's folder holds plan.json, history.jsonl, verdict.json and a copy of the node and
 toxiproxy logs. Because the system under test is nondeterministic, a plan that failed
