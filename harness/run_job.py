@@ -1,10 +1,10 @@
-"""The main job behind `onceproof run`: generate plans from a seed, run each on a local
-cluster under faults, check it, and leave one folder per run that a person can read.
+"""The `onceproof run` job: plans from a seed, each run on a local cluster under faults and checked.
 
-Each run's folder: plan.json, history.jsonl, history.parquet/, verdict.json, logs/ (node
-and toxiproxy logs) and report.html. Exit codes say who is at fault: 0 every run valid,
-1 anomalies found (Kafka, or the application config, broke a claim), 2 the harness could
-not decide (setup failed, cluster never ready): never mix up the last two.
+Each run leaves a folder that a person can read: plan.json, history.jsonl,
+history.parquet/, verdict.json, logs/ (node and toxiproxy logs) and report.html. Exit
+codes say who is at fault: 0 every run valid, 1 anomalies found (Kafka, or the
+application config, broke a claim), 2 the harness could not decide (setup failed,
+cluster never ready): never mix up the last two.
 """
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     from onceproof.report.page import write_report
     console = console or Console()
     from onceproof.cluster.provision import kafka_version
-    # Every input is checked before anything slow starts (the cluster; Spark starts
-    # only if a check needs it).
+    # Every input is checked before anything slow starts (the cluster; Spark, if a history
+    # is big enough to need it).
     kafka_version(opts.kafka_version)
     if opts.workload not in WORKLOADS:
         raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
@@ -92,8 +92,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
                                 f"anomalies so far: {sum(anomalies.values())}")
 
             folder = root / f"run-{i + 1}"
-            trial = run_trial(plan, cluster, folder, on_step=on_step,
-                              spark_master=opts.spark_master)
+            trial = run_trial(plan, cluster, folder, opts.spark_master, on_step=on_step)
             progress.update(task, completed=len(plan["steps"]) + 1,
                             status="valid" if trial.verdict.valid else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
@@ -108,8 +107,6 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
 
 
 def _finish_folder(trial, cluster: Cluster) -> None:
-    from onceproof.checkers.store import convert
-    convert(trial.folder / "history.jsonl", trial.folder / "history.parquet")
     keep_logs(cluster, trial.folder)
 
 
@@ -125,7 +122,8 @@ def _outcomes(tables: Path) -> tuple[Counter, Counter]:
 
 
 def _summary(console: Console, trials, root: Path) -> None:
-    ops, faults = Counter(), Counter()
+    ops: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
     for t in trials:
         o, f = _outcomes(t.folder / "history.parquet")
         ops.update(o)
@@ -141,8 +139,8 @@ def _summary(console: Console, trials, root: Path) -> None:
         for kind, n in sorted(v.counts.items()):
             if n:
                 ex = (v.examples.get(kind) or [{}])[0]
-                detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in
-                                                      ("op", "process", "topic", "partition", "offset", "value")
+                where = ("op", "process", "topic", "partition", "offset", "value")
+                detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in where
                                                       if ex.get(k) is not None)
                 found.add_row(kind, str(n), "note" if kind in v.notes else "violation",
                               f"{t.folder.name}: {detail}")

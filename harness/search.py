@@ -1,15 +1,18 @@
-"""Hunting a suite: let Hypothesis search for a plan that shows the suite's anomaly, shrink
-it within a time budget, then replay the smallest one to see how often it reproduces.
+"""The search policy shared by properties and suites (`Search`), and hunting one suite (`hunt`).
 
-Searching is bounded by a number of plans; shrinking, which costs a cluster run per
-attempt, by a time budget counted from the first failure: from then on every attempt is reported as passing without running, Hypothesis
-gives up (often calling the failure flaky, which for a nondeterministic system it is), and
-the smallest failure seen so far, kept by Counterexamples, is the result.
+Searching is bounded by a number of plans (Hypothesis's max_examples); shrinking, which
+costs a cluster run per attempt, by a time budget counted from the first failure: from
+then on every attempt is reported as passing without running, Hypothesis gives up (often
+calling the failure flaky, which for a nondeterministic system it is), and the smallest
+failure seen so far, kept by Counterexamples, is the result. A session deadline stops
+every search the same way; a search it stopped is `cut`.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -22,10 +25,75 @@ from onceproof.workloads.plan import load, size
 from onceproof.workloads.suites import Suite
 
 
+class Search:
+    """One search's policy: runs plans on a cluster, counts them, adds up what they
+    exercised, offers failures to Counterexamples under `name`, and stops running plans
+    once the budget after the first failure or the deadline (a monotonic time) is spent.
+    on_cut(examples run) is called whenever the deadline refuses a plan."""
+
+    def __init__(self, name: str, cluster: Cluster, artifacts: str | Path,
+                 spark_master: str | None = None, budget: float = 600.0,
+                 deadline: float | None = None,
+                 on_cut: Callable[[int], None] | None = None) -> None:
+        self.name, self.cluster, self.spark_master = name, cluster, spark_master
+        self.budget, self.deadline, self.on_cut = budget, deadline, on_cut
+        self.scratch = Path(artifacts) / "trials" / name
+        self.store = Counterexamples(Path(artifacts) / "counterexamples")
+        self.started = time.monotonic()
+        self.examples = 0
+        self.seconds_to_first: float | None = None
+        self.cut = False  # the deadline stopped the search
+        self.exercised: Counter[str] = Counter()
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def spent(self) -> bool:
+        """Whether no further plan may run; notes a stop by the deadline as `cut`."""
+        if (self.seconds_to_first is not None
+                and time.monotonic() - self.started - self.seconds_to_first > self.budget):
+            return True
+        if self.past_deadline():
+            self.cut = True
+            return True
+        return False
+
+    def run(self, plan: dict) -> Trial | None:
+        """Run plan on a healed cluster; None (nothing run) once the search is spent."""
+        if self.spent():
+            if self.cut and self.on_cut is not None:
+                self.on_cut(self.examples)
+            return None
+        if self.cluster.faults or self.cluster.down_nodes:
+            self.cluster.heal_all()
+        self.examples += 1
+        trial = run_trial(plan, self.cluster, self.scratch / f"{self.examples:04d}",
+                          self.spark_master)
+        self.exercised.update(trial.exercised)
+        return trial
+
+    def failed(self, trial: Trial) -> str:
+        """Record a failing trial; return the message for the assertion."""
+        if self.seconds_to_first is None:
+            self.seconds_to_first = time.monotonic() - self.started
+        self.store.offer(self.name, trial, self.cluster)
+        where = self.store.folder(self.name)
+        return (f"{', '.join(sorted(trial.anomalies)) or 'invalid verdict'}; smallest "
+                f"counterexample: {where} (replay: onceproof replay {where})")
+
+    @property
+    def counterexample(self) -> Path | None:
+        """The folder of the smallest failing plan saved under this search's name, once
+        this search has failed (a folder left by an earlier session proves nothing now)."""
+        folder = self.store.folder(self.name)
+        return folder if self.seconds_to_first is not None else None
+
+
 @dataclass
 class HuntResult:
     suite: str
     expect: str
+    known_good: bool  # the suite must pass: `caught` means it did
     caught: bool
     examples: int
     seconds_to_first: float | None
@@ -33,41 +101,42 @@ class HuntResult:
     reproduced: str
     counterexample: str | None
     cut: bool = False  # the deadline stopped the search before it was done
+    exercised: dict[str, int] = field(default_factory=dict)  # summed over the plans run
+
+    @property
+    def outcome(self) -> str:
+        """The table's word for this row."""
+        if self.cut and not self.caught:
+            return "stopped by time limit" if self.examples else "not run (time limit)"
+        if self.known_good:
+            return "passed" if self.caught else "FAILED"
+        return "yes" if self.caught else "NO"
 
 
-def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
+def shows(suite: Suite, trial: Trial) -> bool:
+    """Whether trial shows what the suite is hunted for: any violation for a known-good
+    suite, one of its expected anomalies for a known-bad one."""
+    if suite.known_good:
+        return not trial.verdict.valid
+    return bool(trial.anomalies & suite.expect)
+
+
+def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: str | None = None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
          seed: int | None = None, deadline: float | None = None) -> HuntResult:
     """Search, shrink and replay one suite. No plan starts after `deadline` (a monotonic
     time); a suite the deadline stopped is `cut`, and one stopped before its first plan
     reports 0 examples and no verdict."""
-    store = Counterexamples(Path(artifacts) / "counterexamples")
-    scratch = Path(artifacts) / "trials" / suite.name
-    started = time.monotonic()
-    state = {"n": 0, "first": None, "cut": False}
-
-    def caught(trial: Trial) -> bool:
-        if suite.known_good:
-            return not trial.verdict.valid
-        return bool(trial.anomalies & suite.expect)
+    search = Search(suite.name, cluster, artifacts, spark_master, budget, deadline)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
               print_blob=False)
     @given(suite.strategy(cluster.n))
     def attempt(plan):
-        if state["first"] is not None and time.monotonic() - started - state["first"] > budget:
-            return
-        if deadline is not None and time.monotonic() > deadline:
-            state["cut"] = True
-            return
-        state["n"] += 1
-        trial = run_trial(plan, cluster, scratch / f"{state['n']:04d}", spark)
-        if caught(trial):
-            if state["first"] is None:
-                state["first"] = time.monotonic() - started
-            store.offer(suite.name, trial, cluster)
-            raise AssertionError(f"{suite.name}: {sorted(trial.anomalies)}")
+        trial = search.run(plan)
+        if trial is not None and shows(suite, trial):
+            raise AssertionError(f"{suite.name}: {search.failed(trial)}")
 
     if seed is not None:
         attempt = hypothesis_seed(seed)(attempt)
@@ -78,21 +147,23 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark=None,
         # (a harness or checker error) must not pass for a result.
         if not _only_caught(exc):
             raise
-    folder = store.folder(suite.name)
-    found = (folder / "plan.json").exists()
+    folder = search.counterexample
     reproduced = "-"
-    if found and replays and not (deadline is not None and time.monotonic() > deadline):
-        hits = sum(caught(run_trial(load(folder / "plan.json"), cluster,
-                                    scratch / f"replay-{i}", spark)) for i in range(replays))
+    if folder is not None and replays and not search.past_deadline():
+        hits = sum(shows(suite, run_trial(load(folder / "plan.json"), cluster,
+                                          search.scratch / f"replay-{i}", spark_master))
+                   for i in range(replays))
         reproduced = f"{hits}/{replays}"
+    found = folder is not None
     # A suite that ran no plan has shown nothing either way.
-    caught_it = state["n"] > 0 and ((not found) if suite.known_good else found)
+    caught = search.examples > 0 and ((not found) if suite.known_good else found)
     return HuntResult(
         suite=suite.name, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
-        caught=caught_it, examples=state["n"], seconds_to_first=state["first"],
-        shrunk_size=size(load(folder / "plan.json")) if found else None,
-        reproduced=reproduced, counterexample=str(folder) if found else None,
-        cut=state["cut"])
+        known_good=suite.known_good, caught=caught, examples=search.examples,
+        seconds_to_first=search.seconds_to_first,
+        shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,
+        reproduced=reproduced, counterexample=str(folder) if folder is not None else None,
+        cut=search.cut, exercised=dict(search.exercised))
 
 
 def _only_caught(exc: BaseException) -> bool:

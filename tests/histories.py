@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from onceproof.checkers.cycles import WW
 from onceproof.checkers.history import HistoryWriter
 
 RC, RU = "read_committed", "read_uncommitted"
@@ -162,3 +166,21 @@ def example(v, type: str, **expected) -> dict:
     for k, want in expected.items():
         assert ex[k] == want, f"{type} example {k}={ex[k]!r}, want {want!r}: {ex}"
     return ex
+
+
+def ww_ring(n: int, bad_at: int | None = None) -> pd.DataFrame:
+    """The edges (checkers/cycles.py's input) of a ww cycle of n transactions, every edge
+    witnessed in two partitions, runs of 1000 edges chained in one of them; real time
+    allows it unless bad_at names an edge whose second witness it forbids."""
+    names = [f"T{i:07d}" for i in range(n)]
+    rows = []
+    for w, part in enumerate((np.arange(n) // 1000, 10**6 + np.arange(n))):
+        d = pd.DataFrame({"src": names, "dst": names[1:] + names[:1], "kind": WW,
+                          "process": "p", "topic": "t", "partition": part, "src_op": 1,
+                          "src_inv": 1, "src_cmp": 10**9, "dst_op": 2, "dst_inv": 1,
+                          "dst_cmp": 10**9, "src_off": np.arange(n), "dst_off": np.arange(n) + 1,
+                          "value": None})
+        if w == 1 and bad_at is not None:
+            d.loc[bad_at, ["src_inv", "dst_cmp"]] = [50, 40]
+        rows.append(d)
+    return pd.concat(rows, ignore_index=True)

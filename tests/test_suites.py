@@ -20,17 +20,20 @@ BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 60))
 
 
 @pytest.mark.parametrize("name", list(SUITES))
-def test_suite(name, cluster, onceproof_spark, artifacts_dir, suite_rows, deadline):
+def test_suite_is_caught_or_passes(name, cluster, pytestconfig, artifacts_dir, suite_rows, deadline):
     suite = SUITES[name]
     # A caught suite stops at its first failure; the cap only costs when nothing is found.
     examples = 2 if suite.known_good else EXAMPLES
-    result = hunt(suite, cluster, artifacts_dir / "suites", onceproof_spark,
+    result = hunt(suite, cluster, artifacts_dir / "suites", pytestconfig.getoption("--spark-master"),
                   max_examples=examples, budget=BUDGET, replays=1, seed=0, deadline=deadline)
     if result.cut and not result.caught:
         pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} plans")
     suite_rows.append(result)
     if suite.known_good:
         assert result.caught, f"{name} found anomalies: see {result.counterexample}"
+        # Passing is evidence only if transactions committed under the faults.
+        assert result.exercised.get("commit_txn"), (
+            f"{name}: no transaction committed in {result.examples} plans ({result.exercised})")
     else:
         assert result.caught, (f"{name}: no {result.expect} in {result.examples} plans; "
                                f"raise ONCEPROOF_SUITE_EXAMPLES or check the suite")

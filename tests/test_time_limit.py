@@ -5,12 +5,13 @@ No cluster is needed: past the limit nothing may touch one, which is what is tes
 from __future__ import annotations
 
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
 
 from onceproof import pytest_plugin
-from onceproof.search import hunt
+from onceproof.search import Search, hunt
 from onceproof.workloads.suites import SUITES
 
 PLAN = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
@@ -18,23 +19,38 @@ PLAN = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer
 SPENT = time.monotonic() - 1
 
 
+def _property_search(name, artifacts, deadline):
+    """A search set up as the plugin's `trials` fixture sets it up, with no cluster."""
+    return Search(name, None, artifacts, budget=60, deadline=deadline,
+                  on_cut=partial(pytest_plugin.stopped_by_time_limit, name))
+
+
 def test_a_property_stopped_before_its_first_example_is_skipped(tmp_path):
-    trials = pytest_plugin.Trials("prop", None, None, tmp_path, budget=60, deadline=SPENT)
+    search = _property_search("prop", tmp_path, SPENT)
     with pytest.raises(pytest.skip.Exception, match="time-limit"):
-        trials.run(PLAN)
+        search.run(PLAN)
     assert not (tmp_path / "trials").exists()
 
 
 def test_a_property_stopped_later_passes_and_is_named_in_the_summary(tmp_path):
-    trials = pytest_plugin.Trials("prop_later", None, None, tmp_path, budget=60, deadline=SPENT)
-    trials.count = 4  # four examples ran before the limit
-    assert trials.run(PLAN) is None
+    search = _property_search("prop_later", tmp_path, SPENT)
+    search.examples = 4  # four examples ran before the limit
+    assert search.run(PLAN) is None
+    assert search.cut
     assert pytest_plugin._CUT.pop("prop_later") == 4
 
 
 def test_no_limit_means_no_stop(tmp_path):
-    assert not pytest_plugin.out_of_time(None, "x", 0)
-    assert not pytest_plugin.out_of_time(time.monotonic() + 3600, "x", 0)
+    assert not _property_search("x", tmp_path, None).spent()
+    assert not _property_search("x", tmp_path, time.monotonic() + 3600).spent()
+
+
+def test_after_the_first_failure_the_budget_stops_the_search_without_a_cut(tmp_path):
+    search = _property_search("shrinking", tmp_path, None)
+    search.started -= 61  # it failed first at its start, 61 s ago: the budget is 60 s
+    search.seconds_to_first = 0.0
+    assert search.run(PLAN) is None
+    assert not search.cut
 
 
 @pytest.mark.parametrize("name", ["non_idempotent_retries", "correct_pipeline"])
@@ -43,3 +59,5 @@ def test_a_suite_past_the_limit_runs_no_plan_and_is_not_counted_as_caught_or_pas
     assert result.examples == 0 and result.cut
     assert not result.caught  # a known-good suite that ran nothing has not passed
     assert result.counterexample is None
+    assert result.known_good == SUITES[name].known_good
+    assert result.outcome == "not run (time limit)"

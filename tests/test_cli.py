@@ -1,0 +1,68 @@
+"""The command line as a user meets it: the installed `onceproof` script and
+`python -m onceproof`, run as processes, answer --help and --version with exit 0."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import confluent_kafka
+import pytest
+
+from onceproof import __version__
+from onceproof.cli import main
+from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION
+
+SCRIPT = Path(sys.executable).parent / "onceproof"
+
+
+def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            paths += _command_paths(command, prefix + (name,))
+        else:
+            paths.append(prefix + (name,))
+    return paths
+
+
+COMMANDS = _command_paths(main)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_tree_includes_the_cluster_subcommands():
+    assert {("cluster", "up"), ("cluster", "down"), ("cluster", "status"), ("run",)} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "onceproof")
+def test_every_command_prints_its_help_and_exits_0(path):
+    done = _run(str(SCRIPT), *path, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"Usage: onceproof {' '.join(path)}".rstrip())
+    assert "internal error" not in done.stdout + done.stderr
+
+
+def test_a_usage_error_is_reported_by_click_not_as_an_internal_error():
+    done = _run(str(SCRIPT), "run", "--no-such-option")
+    assert done.returncode == 2
+    assert "No such option" in done.stderr
+    assert "internal error" not in done.stderr
+
+
+def test_version_names_onceproof_the_default_kafka_and_librdkafka():
+    done = _run(str(SCRIPT), "--version")
+    assert done.returncode == 0, done.stderr
+    assert f"onceproof {__version__}" in done.stdout
+    assert f"Kafka {DEFAULT_KAFKA_VERSION}" in done.stdout
+    assert f"librdkafka {confluent_kafka.libversion()[0]}" in done.stdout
+
+
+def test_python_dash_m_onceproof_is_the_same_command():
+    done = _run(sys.executable, "-m", "onceproof", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: python -m onceproof")
+    assert all(name in done.stdout for name in main.commands)

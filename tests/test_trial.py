@@ -1,0 +1,37 @@
+"""What a trial counts as exercised: the evidence a property needs before its pass means
+anything. Only what the plan's clients completed counts, never the harness's final reads."""
+from __future__ import annotations
+
+from onceproof.checkers.history import HistoryWriter
+from onceproof.checkers.store import convert
+from onceproof.trial import exercised
+
+REC = {"topic": "t", "partition": 0, "key": "k"}
+
+
+def test_acknowledged_writes_count_records_of_ok_sends_only(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as w:
+        op = w.invoke("p0", "send", {"records": [{**REC, "value": 1}, {**REC, "value": 2}]})
+        w.ok(op, {"records": [{**REC, "value": 1, "offset": 0}, {**REC, "value": 2, "offset": 1}]})
+        op = w.invoke("p0", "send", {"records": [{**REC, "value": 3}]})
+        w.info(op, "timed out")
+        op = w.invoke("c0", "poll", {"isolation": "read_committed"})
+        w.ok(op, {"isolation": "read_committed", "records": [{**REC, "offset": 0, "value": 1}]})
+        op = w.invoke("t0", "commit_txn", {})
+        w.fail(op, "fenced")
+    seen = exercised(convert(path, tmp_path / "tables"))
+    assert seen["acknowledged_writes"] == 2 and seen["send"] == 1
+    assert seen["records_read"] == 1 and seen["poll"] == 1
+    assert not seen["commit_txn"]
+
+
+def test_the_final_reads_alone_exercise_nothing(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as w:
+        op = w.invoke("final", "seek", {"positions": [{**REC, "offset": 0}]}, final=True)
+        w.ok(op, {"positions": [{**REC, "offset": 0}]})
+        op = w.invoke("final", "poll", {"isolation": "read_committed"}, final=True)
+        w.ok(op, {"isolation": "read_committed", "records": [{**REC, "offset": 0, "value": 1}]})
+        w.fault("kill", {"node": 1})
+    assert not exercised(convert(path, tmp_path / "tables"))
