@@ -379,13 +379,11 @@ def apply(scene: Scene, step: Step) -> Step:
 
 def drawn(name: str, nodes: int = 3) -> st.SearchStrategy:
     """A kind or preset, drawn with its undo: a list of (rounds to wait, step)."""
-    if name in PRESETS:
-        first, kind = PRESETS[name].first(nodes), FAULTS[PRESETS[name].kind]
-    elif name in FAULTS and FAULTS[name].first:
-        first, kind = FAULTS[name].first(nodes), FAULTS[name]
-    else:
+    kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
+    make = PRESETS[name].first if name in PRESETS else kind.first if kind else None
+    if kind is None or make is None:
         raise UnknownFault(f"unknown fault {name}: draw one of {', '.join(DRAWN)}")
-    undo = kind.undo
+    first, undo = make(nodes), kind.undo
     if undo is None:
         return first.map(lambda step: [(0, step)])
     return st.tuples(first, HOLD).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])
