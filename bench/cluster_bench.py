@@ -43,7 +43,6 @@ def main() -> None:
                 t = time.monotonic()
                 for node in cluster.topology.nodes:
                     cluster.start(node)
-                cluster.faults.clear()
                 cluster.wait_ready()
                 warm.append(time.monotonic() - t)
             finally:

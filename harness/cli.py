@@ -136,8 +136,8 @@ def status(root: str, as_json: bool) -> None:
         toxics = ", ".join(t["type"] + "/" + t["stream"] for t in p.get("toxics", []))
         proxies.add_row(name, p["listen"], p["upstream"], "yes" if p["enabled"] else "NO", toxics)
     console.print(proxies)
-    faults = [f"{f['fault']} {({k: v for k, v in f.items() if k != 'fault'})}" for f in st["faults"]]
-    console.print("Active faults: " + ("; ".join(faults) if faults else "none"))
+    faults = [cl.effect_text(f) for f in st["faults"]]
+    console.print("In force: " + ("; ".join(faults) if faults else "nothing"))
 
 
 nodes_option = click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")

@@ -17,12 +17,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.cluster import Cluster, effect_text
 from onceproof.trial import keep_logs, run_trial
+from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.strategies import ALL_FAULTS, NET_FAULTS, NODE_FAULTS, WORKLOADS, plans
-
-FAULT_SETS = {"mixed": ALL_FAULTS, "net": NET_FAULTS, "node": NODE_FAULTS, "none": ()}
+from onceproof.workloads.strategies import WORKLOADS, plans
 
 
 @dataclass
@@ -40,16 +39,13 @@ class JobOptions:
 
 
 def fault_kinds(spec: str) -> tuple[str, ...]:
-    """A named set (mixed, net, node, none) or a comma-separated list of fault kinds."""
+    """A named set (mixed, net, node, none) or a comma-separated list of fault kinds and
+    presets of the registry (workloads/faults.py)."""
     from onceproof.errors import SetupError
-    if spec in FAULT_SETS:
-        return FAULT_SETS[spec]
-    kinds = tuple(k.strip() for k in spec.split(",") if k.strip())
-    unknown = set(kinds) - set(ALL_FAULTS) - {"slow_acks"}
-    if unknown:
-        raise SetupError(f"unknown fault {', '.join(sorted(unknown))}: use mixed, net, node, none "
-                         f"or a list of {', '.join(ALL_FAULTS + ('slow_acks',))}")
-    return kinds
+    try:
+        return faults.selection(spec)
+    except faults.UnknownFault as exc:
+        raise SetupError(str(exc)) from None
 
 
 def run_job(opts: JobOptions, console: Console | None = None) -> int:
@@ -85,10 +81,10 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             task = progress.add_task(label, total=len(plan["steps"]) + 1, status="")
 
             def on_step(n, step, task=task):
-                current = ", ".join(f["fault"] for f in cluster.faults) or "no fault"
+                current = ", ".join(map(effect_text, cluster.faults)) or "nothing"
                 what = "settling, final reads" if "settle" in step else (
                     f"fault: {step['fault']['f']}" if "fault" in step else f"{len(step['ops'])} ops")
-                progress.update(task, completed=n, status=f"{what} | active: {current} | "
+                progress.update(task, completed=n, status=f"{what} | in force: {current} | "
                                 f"anomalies so far: {sum(anomalies.values())}")
 
             folder = root / f"run-{i + 1}"

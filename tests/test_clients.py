@@ -32,7 +32,7 @@ def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, t
     with txn_client(cluster, tmp_path, "retry", 1, {"reconnect.backoff.max.ms": 300}) as producer:
         producer.op_begin({})
         producer.op_send({"n": 1})
-        cluster.cut_clients()
+        cluster.disable(cluster.links(kinds=("client",)))
         healer = threading.Timer(5.0, cluster.heal)
         healer.start()
         try:

@@ -11,8 +11,12 @@ import time
 import uuid
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceproof.cli import main
+from onceproof.cluster.cluster import status
 
 pytestmark = pytest.mark.cluster
 
@@ -85,10 +89,12 @@ def test_clients_see_only_proxy_addresses(cluster):
 
 
 def test_every_proxy_disabled_no_client_reaches_any_broker(cluster):
-    names = [link.name for link in cluster.topology.links]
-    for name in names:
-        cluster.toxi.set_enabled(name, False)
-    cluster._note({"fault": "all_links_down", "links": names})
+    cluster.disable(cluster.links())
+    assert cluster.faults == [{"effect": "disabled", "links": sorted(cluster.links())}]
+    # `onceproof cluster status` shows what is in force, from state.json.
+    assert status(cluster.root)["faults"] == cluster.faults
+    shown = CliRunner().invoke(main, ["cluster", "status", "--dir", str(cluster.root)]).output
+    assert "In force: links disabled: client-1" in shown
     with pytest.raises(KafkaException):
         cluster.admin().list_topics(timeout=3)
     for n in cluster.topology.nodes:
@@ -106,7 +112,7 @@ def test_partition_cuts_both_directions_and_majority_goes_on(cluster):
     led_by_majority = _topic(cluster, [majority[0], isolated, *majority[1:]])
     assert _produce(cluster.bootstrap, led_by_isolated, [b"before"]) == [None]
 
-    cluster.partition([[isolated], majority])
+    cluster.disable(cluster.links_crossing([[isolated], majority]))
 
     # The majority moves leadership away and drops the isolated node from the ISR.
     # A fresh client per look: librdkafka may keep asking the isolated broker, whose own
@@ -128,7 +134,7 @@ def test_partition_cuts_both_directions_and_majority_goes_on(cluster):
 
     # The other direction: a client that can reach only the isolated node gets no acks=all
     # write accepted, because the isolated node cannot replicate to anyone.
-    cluster.cut_clients(majority)
+    cluster.disable([name for n in majority for name in cluster.links(n, ("client",))])
     errors = _produce(_bootstrap(cluster, [isolated]), led_by_isolated, [b"lonely"], timeout_ms=8000)
     assert errors[0] is not None
 
@@ -140,10 +146,9 @@ def test_partition_cuts_both_directions_and_majority_goes_on(cluster):
 
 
 def test_latency_makes_a_short_request_time_out(cluster):
-    names = [l.name for l in cluster.links_of(kinds=("client",))]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     admin.list_topics(timeout=10)
-    cluster.latency(names, ms=3000)
+    cluster.toxic("latency", cluster.links(kinds=("client",)), {"latency": 3000})
     fresh = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     with pytest.raises(KafkaException):
         fresh.list_topics(timeout=1)
@@ -153,7 +158,7 @@ def test_latency_makes_a_short_request_time_out(cluster):
 
 def test_reset_peer_breaks_connections(cluster):
     topic = _topic(cluster, cluster.topology.nodes)
-    cluster.reset_peer([l.name for l in cluster.links_of(kinds=("client",))])
+    cluster.toxic("reset_peer", cluster.links(kinds=("client",)), {"timeout": 0}, ("upstream",))
     errors = _produce(cluster.bootstrap, topic, [b"x"], timeout_ms=5000)
     assert errors[0] is not None
     cluster.heal()
@@ -163,7 +168,7 @@ def test_reset_peer_breaks_connections(cluster):
 def test_bandwidth_limit_stops_a_large_write(cluster):
     topic = _topic(cluster, cluster.topology.nodes)
     big = b"x" * 400_000
-    cluster.bandwidth([l.name for l in cluster.links_of(kinds=("client",))], kb_per_s=2)
+    cluster.toxic("bandwidth", cluster.links(kinds=("client",)), {"rate": 2})
     errors = _produce(cluster.bootstrap, topic, [big], timeout_ms=6000)
     assert errors[0] is not None
     cluster.heal()
@@ -173,7 +178,8 @@ def test_bandwidth_limit_stops_a_large_write(cluster):
 def test_slicer_keeps_data_intact(cluster):
     from confluent_kafka import Consumer
     topic = _topic(cluster, cluster.topology.nodes)
-    cluster.slicer([l.name for l in cluster.links_of(kinds=("client",))], average_size=16)
+    cluster.toxic("slicer", cluster.links(kinds=("client",)),
+                  {"average_size": 16, "size_variation": 8, "delay": 100}, ("downstream",))
     proxies = cluster.toxi.proxies()
     assert all(any(t["type"] == "slicer" for t in proxies[f"client-{n}"]["toxics"])
                for n in cluster.topology.nodes)
@@ -206,6 +212,7 @@ def test_pause_and_resume_a_node(cluster):
     victim = cluster.topology.nodes[0]
     cluster.pause(victim)
     assert procs.paused(cluster.pids[f"node{victim}"])
+    assert cluster.faults == [{"effect": "paused", "node": victim}]
     cluster.resume(victim)
     assert not procs.paused(cluster.pids[f"node{victim}"])
     assert not cluster.faults
@@ -216,9 +223,9 @@ def test_toxiproxy_dying_is_survived_with_faults_reapplied(cluster):
     events = []
     cluster.on_event = lambda f, value: events.append(f)
     try:
-        cluster.partition([[1], [2, 3]])
+        cluster.disable(cluster.links_crossing([[1], [2, 3]]))
         procs.kill(cluster.pids["toxiproxy"])
-        cluster.latency(["client-1"], ms=10)
+        cluster.toxic("latency", ["client-1"], {"latency": 10})
     finally:
         cluster.on_event = None
     assert events == ["toxiproxy_restart"]

@@ -42,9 +42,10 @@ def test_run_leaves_a_checked_run_folder_and_exits_0(tmp_path):
 
 
 def test_run_under_faults_applies_them_and_decides(tmp_path):
-    # Seed 4 draws a kill and a partition among 6 rounds (the faults are what broke the
-    # progress line once: every faulted run ended in an internal error).
-    out = _onceproof("run", "--rounds", "6", "--faults", "partition,kill", "--seed", "4",
+    # Seed 16 draws a partition and a kill of the leader among 6 rounds, each undone (the
+    # faults are what broke the progress line once: every faulted run ended in an internal
+    # error). A change to the strategies changes what a seed draws: pick another then.
+    out = _onceproof("run", "--rounds", "6", "--faults", "partition,kill", "--seed", "16",
                      "--out", str(tmp_path))
     assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr[-2000:]
     assert ("VALID" if out.returncode == 0 else "ANOMALIES FOUND") in out.stdout

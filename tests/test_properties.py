@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from onceproof.workloads.strategies import ALL_FAULTS, plans
+from onceproof.workloads.faults import SETS
+from onceproof.workloads.strategies import plans
 
 pytestmark = pytest.mark.cluster
 
@@ -40,29 +41,29 @@ def _valid(trials, plan):
         assert trial.verdict.valid, trials.failed(trial)
 
 
-# A client-side request timeout below slow_acks' latency makes the producer retry writes
+# A client-side request timeout below the slow_acks preset's latency makes the producer retry writes
 # that were already appended: idempotence must keep each value to one offset.
-@holds_on(plans("producers", faults=ALL_FAULTS + ("slow_acks",), max_rounds=8,
+@holds_on(plans("producers", faults=SETS["mixed"] + ("slow_acks",), max_rounds=8,
                 config={"producer": {"socket.timeout.ms": 1500, "message.timeout.ms": 180000}}),
           exercising=("acknowledged_writes",))
 def test_idempotent_producers_write_each_value_once(trials, plan):
     _valid(trials, plan)
 
 
-@holds_on(plans("transactions", faults=ALL_FAULTS, max_rounds=8),
+@holds_on(plans("transactions", faults=SETS["mixed"], max_rounds=8),
           exercising=("commit_txn",))
 def test_transactions_are_atomic_for_read_committed_consumers(trials, plan):
     _valid(trials, plan)
 
 
-@holds_on(plans("pipeline", faults=ALL_FAULTS, max_rounds=8,
+@holds_on(plans("pipeline", faults=SETS["mixed"], max_rounds=8,
                 options={"abort_percent": 25, "crash_percent": 15}),
           exercising=("commit_txn",))
 def test_pipeline_outputs_each_input_exactly_once(trials, plan):
     _valid(trials, plan)
 
 
-@holds_on(plans("rewind", faults=ALL_FAULTS, max_rounds=8,
+@holds_on(plans("rewind", faults=SETS["mixed"], max_rounds=8,
                 options={"consumer_ops": ["poll", "poll", "seek", "commit_offsets", "fetch_offsets"]}),
           exercising=("seek", "records_read"))
 def test_rewinds_read_exactly_what_the_log_holds(trials, plan):

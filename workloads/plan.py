@@ -3,14 +3,17 @@ without Hypothesis (format: docs/plans.md).
 
 A plan names its topics, its clients (each with a role and config), and a list of steps.
 A step is either a round of client operations, `{"ops": {client: op}}`, in which every
-named client runs its op concurrently with the others, or a fault, `{"fault": {...}}`,
-applied between rounds. Faults are steps rather than timers so that a plan means the
-same thing on every run, which is what lets Hypothesis shrink it.
+named client runs its op concurrently with the others, or a fault, `{"fault": {...}}`
+(a kind of workloads/faults.py), applied between rounds. Faults are steps rather than
+timers so that a plan means the same thing on every run, which is what lets Hypothesis
+shrink it.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from . import faults
 
 ROLES = {
     # role -> the ops it can run
@@ -18,12 +21,6 @@ ROLES = {
     "txn_producer": {"begin", "send", "commit", "abort"},
     "consumer": {"poll", "seek", "commit_offsets", "fetch_offsets"},
     "pipeline": {"process"},
-}
-FAULTS = {
-    "partition": {"sides"}, "isolate": {"node"}, "heal": set(), "kill": {"node"},
-    "pause": {"node"}, "resume": {"node"}, "stop": {"node"}, "start": {"node"},
-    "restart": {"node"}, "latency": {"ms"}, "reset_peer": set(), "slicer": set(),
-    "bandwidth": {"kb_per_s"}, "cut_clients": set(),
 }
 SEEK_TO = {"beginning", "committed", "offset"}
 
@@ -67,7 +64,8 @@ def validate(plan) -> None:
     if not isinstance(topics, dict) or not topics:
         bad("topics", "must map topic names to {\"partitions\": N}")
     for name, spec in topics.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("partitions"), int) or spec["partitions"] < 1:
+        if (not isinstance(spec, dict) or not isinstance(spec.get("partitions"), int)
+                or spec["partitions"] < 1):
             bad(f"topics.{name}", "needs \"partitions\": a positive integer")
     clients = plan["clients"]
     if not isinstance(clients, dict) or not clients:
@@ -94,12 +92,9 @@ def validate(plan) -> None:
                 if op["f"] == "seek" and op.get("to") not in SEEK_TO:
                     bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(sorted(SEEK_TO))}")
         else:
-            fault = step["fault"]
-            if not isinstance(fault, dict) or fault.get("f") not in FAULTS:
-                bad(f"steps[{i}].fault", f"f must be one of {', '.join(sorted(FAULTS))}")
-            missing = FAULTS[fault["f"]] - set(fault)
-            if missing:
-                bad(f"steps[{i}].fault", f"{fault['f']} needs {', '.join(sorted(missing))}")
+            problem = faults.problem(step["fault"])
+            if problem:
+                bad(f"steps[{i}].fault", problem)
 
 
 def size(plan: dict) -> int:

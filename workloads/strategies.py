@@ -1,5 +1,5 @@
-"""Hypothesis strategies for plans. They compose: `faults()` and `rounds()` are values a
-user can reuse, and `plans()` puts a workload's clients, rounds and faults together.
+"""Hypothesis strategies for plans. They compose: `fault()` is a value a user can reuse,
+and `plans()` puts a workload's clients, rounds and faults together.
 
 Generated plans keep their structure meaningful under shrinking: a transaction is drawn
 as begin / sends / commit-or-abort in consecutive rounds, and a fault that needs undoing
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-NODE_FAULTS = ("kill", "pause", "restart")
-NET_FAULTS = ("partition", "isolate", "latency", "reset_peer", "slicer", "bandwidth")
-ALL_FAULTS = NODE_FAULTS + NET_FAULTS
+from .faults import SETS, drawn
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
@@ -42,39 +40,10 @@ WORKLOADS = {
 }
 
 
-def node_refs(nodes: int) -> st.SearchStrategy:
-    return st.one_of(st.just("leader"), st.integers(1, nodes))
-
-
-def fault(kinds=ALL_FAULTS, nodes: int = 3) -> st.SearchStrategy:
-    """One fault with its undo, as a list of (rounds to wait, fault step)."""
-    def build(kind, node, ms, hold):
-        undo = {"kill": "start", "pause": "resume"}
-        if kind in undo:
-            # Undo names the same ref; start or resume of "leader" means every node,
-            # since the leader has changed by then.
-            return [(0, {"f": kind, "node": node}), (hold, {"f": undo[kind], "node": node})]
-        if kind == "restart":
-            return [(0, {"f": "restart", "node": node})]
-        if kind == "partition":
-            first = {"f": "partition", "sides": [[node], []]}
-        elif kind == "partition_leader":
-            first = {"f": "partition", "sides": [["leader"], []]}
-        elif kind == "isolate":
-            first = {"f": "isolate", "node": node}
-        elif kind == "latency":
-            first = {"f": "latency", "ms": ms, "jitter": ms // 4}
-        elif kind == "slow_acks":
-            # Responses slower than a producer's request.timeout.ms: the write lands, the
-            # producer does not hear of it in time and retries.
-            first = {"f": "latency", "ms": 3000, "streams": ["downstream"]}
-        elif kind == "bandwidth":
-            first = {"f": "bandwidth", "kb_per_s": 16}
-        else:
-            first = {"f": kind}
-        return [(0, first), (hold, {"f": "heal"})]
-    return st.builds(build, st.sampled_from(kinds), node_refs(nodes),
-                     st.sampled_from([200, 1000, 6000]), st.integers(1, 3))
+def fault(kinds=SETS["mixed"], nodes: int = 3) -> st.SearchStrategy:
+    """One fault (a kind or preset of workloads/faults.py) with its undo, as a list of
+    (rounds to wait, fault step)."""
+    return st.sampled_from(kinds).flatmap(lambda kind: drawn(kind, nodes))
 
 
 def client_op(role: str, state: dict, draw, options: dict) -> dict | None:
@@ -108,7 +77,7 @@ def client_op(role: str, state: dict, draw, options: dict) -> dict | None:
 
 
 @st.composite
-def plans(draw, workload: str = "pipeline", faults=ALL_FAULTS, min_rounds: int = 2,
+def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: int = 2,
           max_rounds: int = 10, fault_percent: int = 25, nodes: int = 3,
           config: dict | None = None, options: dict | None = None) -> dict:
     """A whole plan for one of WORKLOADS, with config overrides merged in.

@@ -1,16 +1,17 @@
 """A real Kafka cluster (KRaft, every node broker and controller) behind a real toxiproxy,
 started by the harness, broken on purpose, and put back together.
 
-Faults come in two families:
-- node faults act on the JVM: kill (SIGKILL), pause (SIGSTOP) / resume, stop (SIGTERM),
-  start, restart, wipe (kill, delete its data, format again);
-- network faults act on proxies: partition(sides), isolate(node), heal, and toxics on
-  chosen links (latency, reset_peer, slicer, bandwidth).
-`heal_all` undoes both and waits until the cluster is ready again, so each example of a
-test starts from a clean cluster.
+The cluster offers primitives, not a fault vocabulary (that is workloads/faults.py):
+- on a node's JVM: kill (SIGKILL), pause (SIGSTOP) / resume, stop (SIGTERM), start,
+  restart, wipe (kill, delete its data, format again);
+- on links (one toxiproxy proxy each): disable, add a toxic, and heal (every link enabled,
+  every toxic gone).
+It keeps the state of their effects (disabled links, toxics in force, paused and down
+nodes), so `heal_all` can undo everything and wait until the cluster is ready, status can
+show what is in force, and a restarted toxiproxy gets its effects back.
 
 Everything a user may want afterwards stays in the cluster's directory: each node's
-server.log, the toxiproxy log, and state.json (ports, pids, active faults).
+server.log, the toxiproxy log, and state.json (ports, pids, effects in force).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceproof.cluster import procs
 from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_toxiproxy
-from onceproof.cluster.topology import HOST, Link, Topology
+from onceproof.cluster.topology import HOST, Topology
 from onceproof.cluster.toxi import Toxi
 from onceproof.errors import SetupError
 
@@ -71,8 +72,11 @@ class Cluster:
         self.dist: KafkaDist | None = None
         self.pids: dict[str, int] = {}
         self.toxi: Toxi | None = None
-        # What is broken right now, so status can show it and heal_all can undo it.
-        self.faults: list[dict] = []
+        # The effects in force, so status can show them, heal_all can undo them and a
+        # restarted toxiproxy can get them back.
+        self.disabled: set[str] = set()  # links
+        self.toxics: list[dict] = []  # {name, type, link, stream, attributes, toxicity}
+        self.paused: set[int] = set()
         self.down_nodes: set[int] = set()
         # Told about events of the harness's own instruments (a toxiproxy restart), so a
         # runner can record them in the history.
@@ -133,7 +137,8 @@ class Cluster:
                 break
             except SetupError:
                 if time.monotonic() > deadline or not procs.alive(self.pids["toxiproxy"]):
-                    raise SetupError(f"toxiproxy did not start; see {self.root / 'toxiproxy.log'}")
+                    raise SetupError(f"toxiproxy did not start; see {self.root / 'toxiproxy.log'}"
+                                     ) from None
                 time.sleep(0.1)
         for link in self.topology.links:
             self.toxi.create(link.name, f"{HOST}:{link.listen}", f"{HOST}:{link.upstream}")
@@ -169,6 +174,7 @@ class Cluster:
             self._java(node, "kafka.Kafka", str(d / "server.properties")),
             d / "stdout.log", owned=self.owned)
         self.down_nodes.discard(node)
+        self.paused.discard(node)
 
     # ---- readiness -------------------------------------------------------------------
 
@@ -222,7 +228,20 @@ class Cluster:
         finally:
             admin.delete_topics([topic])
 
-    # ---- node faults -----------------------------------------------------------------
+    @property
+    def nodes(self) -> list[int]:
+        return self.topology.nodes
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The leader of a partition as a fresh client sees it now (None: none known).
+        A fresh client each time: mid-fault, any one broker's view may be stale or empty."""
+        try:
+            part = self.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(partition)
+        except (KafkaException, KeyError):
+            return None
+        return part.leader if part is not None and part.leader >= 0 else None
+
+    # ---- node primitives -------------------------------------------------------------
 
     def _pid(self, node: int) -> int | None:
         if node not in (self.topology.nodes if self.topology else []):
@@ -231,8 +250,9 @@ class Cluster:
 
     def kill(self, node: int) -> None:
         procs.kill(self._pid(node))
+        self.paused.discard(node)
         self.down_nodes.add(node)
-        self._note({"fault": "kill", "node": node})
+        self.save_state()
 
     def pause(self, node: int) -> None:
         pid = self._pid(node)
@@ -240,24 +260,28 @@ class Cluster:
             procs.signal_pid(pid, signal.SIGSTOP)
             # Signals arrive asynchronously: the fault is in force once every thread stopped.
             _until(lambda: procs.paused(pid) or not procs.alive(pid), 10)
-            self._note({"fault": "pause", "node": node})
+            self.paused.add(node)
+            self.save_state()
 
     def resume(self, node: int) -> None:
         pid = self._pid(node)
         if procs.alive(pid):
             procs.signal_pid(pid, signal.SIGCONT)
             _until(lambda: not procs.paused(pid), 10)
-        self._forget(lambda f: f["fault"] == "pause" and f["node"] == node)
+        self.paused.discard(node)
+        self.save_state()
 
     def stop(self, node: int) -> None:
         procs.stop(self._pid(node))
+        self.paused.discard(node)
         self.down_nodes.add(node)
-        self._note({"fault": "stop", "node": node})
+        self.save_state()
 
     def start(self, node: int) -> None:
         if not procs.alive(self._pid(node)):
             self._start_node(node)
-        self._forget(lambda f: f["fault"] in ("kill", "stop", "wipe") and f["node"] == node)
+        self.down_nodes.discard(node)
+        self.save_state()
 
     def restart(self, node: int) -> None:
         self.stop(node)
@@ -269,87 +293,90 @@ class Cluster:
         shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
         (self.node_dir(node) / "data").mkdir()
         self._format(node)
-        self._note({"fault": "wipe", "node": node})
 
-    # ---- network faults --------------------------------------------------------------
+    # ---- link primitives -------------------------------------------------------------
 
-    def partition(self, sides: list[list[int]]) -> list[str]:
-        """Cut every node-to-node link that crosses the partition, in both directions.
-        Clients still reach every node: a partition is between nodes."""
-        cut = [link.name for link in self.topology.crossing(sides)]
-        for name in cut:
-            self._net(self.toxi.set_enabled, name, False)
-        self._note({"fault": "partition", "sides": sides, "links": cut})
-        return cut
-
-    def isolate(self, node: int) -> list[str]:
-        return self.partition([[node]])
-
-    def cut_clients(self, nodes: list[int] | None = None) -> list[str]:
-        """Clients can no longer reach the given nodes (all by default)."""
-        cut = [f"client-{n}" for n in (nodes or self.topology.nodes)]
-        for name in cut:
-            self._net(self.toxi.set_enabled, name, False)
-        self._note({"fault": "cut_clients", "links": cut})
-        return cut
-
-    def links_of(self, node: int | None = None, kinds: tuple[str, ...] = ("client", "repl", "ctl")
-                 ) -> list[Link]:
+    def links(self, node: int | None = None, kinds: tuple[str, ...] = ("client", "repl", "ctl")
+              ) -> list[str]:
         """Links into or out of node (every link when node is None), of the given kinds."""
-        return [l for l in self.topology.links if l.kind in kinds
+        return [l.name for l in self.topology.links if l.kind in kinds
                 and (node is None or node in (l.src, l.dst))]
 
-    def toxic(self, type: str, links: list[str], attributes: dict | None = None,
-              streams: tuple[str, ...] = ("upstream", "downstream"), toxicity: float = 1.0
-              ) -> None:
-        if type not in TOXICS:
-            raise SetupError(f"unknown toxic {type!r}: use one of {', '.join(sorted(TOXICS))}")
+    def links_crossing(self, sides: list[list[int]]) -> list[str]:
+        """The node-to-node links between sides (nodes on no side form one more side)."""
+        return [l.name for l in self.topology.crossing(sides)]
+
+    def _known(self, links: list[str]) -> None:
         known = {l.name for l in self.topology.links}
         for name in links:
             if name not in known:
                 raise SetupError(f"no link {name!r}: links are named like client-1, repl-1-2, ctl-1-2")
+
+    def disable(self, links: list[str]) -> None:
+        """No traffic passes these links (in their direction) until heal."""
+        self._known(links)
+        for name in links:
+            self._net(self.toxi.set_enabled, name, False)
+            self.disabled.add(name)
+            self.save_state()
+
+    def toxic(self, type: str, links: list[str], attributes: dict | None = None,
+              streams: tuple[str, ...] = ("upstream", "downstream"), toxicity: float = 1.0
+              ) -> None:
+        """A toxiproxy toxic of this type on each link and stream, until heal."""
+        if type not in TOXICS:
+            raise SetupError(f"unknown toxic {type!r}: use one of {', '.join(sorted(TOXICS))}")
+        self._known(links)
+        for name in links:
             for stream in streams:
-                self._net(self.toxi.add_toxic, name, type, stream, attributes, toxicity,
-                          name=f"{type}_{stream}_{len(self.faults)}")
-        self._note({"fault": type, "links": links, "attributes": attributes or {},
-                    "streams": list(streams), "toxicity": toxicity})
-
-    def latency(self, links: list[str], ms: int, jitter: int = 0) -> None:
-        self.toxic("latency", links, {"latency": ms, "jitter": jitter})
-
-    def reset_peer(self, links: list[str], timeout_ms: int = 0) -> None:
-        self.toxic("reset_peer", links, {"timeout": timeout_ms}, streams=("upstream",))
-
-    def slicer(self, links: list[str], average_size: int = 64, delay_us: int = 100) -> None:
-        self.toxic("slicer", links, {"average_size": average_size, "size_variation": average_size // 2,
-                                     "delay": delay_us}, streams=("downstream",))
-
-    def bandwidth(self, links: list[str], kb_per_s: int) -> None:
-        self.toxic("bandwidth", links, {"rate": kb_per_s})
+                toxic = {"name": f"{type}_{stream}_{len(self.toxics)}", "type": type,
+                         "link": name, "stream": stream, "attributes": attributes or {},
+                         "toxicity": toxicity}
+                self._net(self.toxi.add_toxic, name, type, stream, toxic["attributes"],
+                          toxicity, name=toxic["name"])
+                self.toxics.append(toxic)
+                self.save_state()
 
     def heal(self) -> None:
-        """Every proxy enabled, every toxic gone. Node faults stay."""
+        """Every link enabled, every toxic gone. Nodes stay as they are."""
         self._net(self.toxi.reset)
-        self._forget(lambda f: "links" in f)
+        self.disabled.clear()
+        self.toxics.clear()
+        self.save_state()
 
     def heal_all(self, timeout: float = 180.0) -> None:
-        """Undo every fault, network and node, and wait until the cluster is ready."""
+        """Undo every effect, on links and nodes, and wait until the cluster is ready."""
         self.heal()
         for node in self.topology.nodes:
             self.resume(node)
             self.start(node)
-        self.faults.clear()
-        self.save_state()
         self.wait_ready(timeout)
+
+    @property
+    def faults(self) -> list[dict]:
+        """The effects in force (empty: the cluster is whole), as state.json shows them."""
+        toxics: dict[tuple, list[str]] = {}
+        for t in self.toxics:
+            key = (t["type"], t["stream"], json.dumps(t["attributes"], sort_keys=True))
+            toxics.setdefault(key, []).append(t["link"])
+        return ([{"effect": "down", "node": n} for n in sorted(self.down_nodes)]
+                + [{"effect": "paused", "node": n} for n in sorted(self.paused)]
+                + ([{"effect": "disabled", "links": sorted(self.disabled)}] if self.disabled else [])
+                + [{"effect": "toxic", "type": type, "stream": stream,
+                    "attributes": json.loads(attrs), "links": links}
+                   for (type, stream, attrs), links in toxics.items()])
 
     def _net(self, request, *args, **kwargs):
         """A toxiproxy request that survives toxiproxy itself dying.
 
-        toxiproxy 2.5.0 (the newest the Go module proxy serves) can panic when a toxic is
-        added while connections come and go. It is our instrument, not the system under
-        test, so we restart it on the same ports, rebuild every proxy and re-apply the
-        faults in force, then retry; clients see their connections reset, which is a fault
-        like any other, and the runner records it."""
+        toxiproxy 2.5.0 panicked here when a toxic was added while connections came and
+        went. 2.12.0 (TOXIPROXY_VERSION) has the same link and toxic-chain code
+        (link.go, toxic_collection.go and toxics/toxic.go differ from 2.5.0 only in lint
+        comments), so the race is still there and this net stays. toxiproxy is our
+        instrument, not the system under test, so we restart it on the same ports,
+        rebuild every proxy and re-apply the effects in force, then retry; clients see
+        their connections reset, which is a fault like any other, and the runner records
+        it."""
         try:
             return request(*args, **kwargs)
         except SetupError:
@@ -370,26 +397,14 @@ class Cluster:
     def _restart_toxiproxy(self) -> None:
         procs.kill(self.pids.pop("toxiproxy", None))
         self._start_toxiproxy()
-        for fault in self.faults:
-            if fault["fault"] in TOXICS:
-                for name in fault["links"]:
-                    for stream in fault["streams"]:
-                        self.toxi.add_toxic(name, fault["fault"], stream, fault["attributes"],
-                                            fault["toxicity"], name=f"{fault['fault']}_{stream}_re")
-            elif "links" in fault:
-                for name in fault["links"]:
-                    self.toxi.set_enabled(name, False)
+        for name in sorted(self.disabled):
+            self.toxi.set_enabled(name, False)
+        for t in self.toxics:
+            self.toxi.add_toxic(t["link"], t["type"], t["stream"], t["attributes"],
+                                t["toxicity"], name=t["name"])
         self.save_state()
         if self.on_event:
-            self.on_event("toxiproxy_restart", {"faults_reapplied": len(self.faults)})
-
-    def _note(self, fault: dict) -> None:
-        self.faults.append(fault)
-        self.save_state()
-
-    def _forget(self, match) -> None:
-        self.faults = [f for f in self.faults if not match(f)]
-        self.save_state()
+            self.on_event("toxiproxy_restart", {"effects_reapplied": len(self.faults)})
 
     # ---- state -----------------------------------------------------------------------
 
@@ -421,6 +436,17 @@ def _until(done, timeout: float) -> bool:
     return True
 
 
+def effect_text(effect: dict) -> str:
+    """One effect in force, as a person reads it."""
+    what = effect["effect"]
+    if what in ("down", "paused"):
+        return f"node {effect['node']} {what}"
+    if what == "disabled":
+        return "links disabled: " + " ".join(effect["links"])
+    how = ", ".join([effect["stream"]] + [f"{k}={v}" for k, v in effect["attributes"].items()])
+    return f"{effect['type']} ({how}) on " + " ".join(effect["links"])
+
+
 def load_state(root: str | Path) -> dict | None:
     path = Path(root) / "state.json"
     if not path.exists():
@@ -432,7 +458,8 @@ def load_state(root: str | Path) -> dict | None:
 
 
 def status(root: str | Path) -> dict:
-    """What a detached cluster looks like now: processes, proxies and their toxics, faults."""
+    """What a detached cluster looks like now: processes, proxies and their toxics, and
+    the effects in force."""
     state = load_state(root)
     if state is None:
         return {"running": False, "root": str(root)}

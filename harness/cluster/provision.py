@@ -18,7 +18,7 @@ from onceproof.errors import SetupError
 DEFAULT_KAFKA_VERSION = "4.3.1"
 # The versions the test suite runs against; others that Maven Central serves may work.
 TESTED_KAFKA_VERSIONS = ("4.3.1", "3.9.2")
-TOXIPROXY_VERSION = "v2.5.0"
+TOXIPROXY_VERSION = "v2.12.0"  # the newest release; `go install` builds it with Go 1.23+
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 
 _BINDINGS = {

@@ -46,6 +46,10 @@ class StrictAPI(APIConsumer):
         return cls._request("POST", url, data=data, json=json, **kwargs)
 
     @classmethod
+    def patch(cls, url, json=None, **kwargs):
+        return cls._request("PATCH", url, json=json, **kwargs)
+
+    @classmethod
     def delete(cls, url, **kwargs):
         return cls._request("DELETE", url, **kwargs)
 
@@ -73,7 +77,8 @@ class Toxi:
         return StrictAPI.get("/proxies").json()
 
     def set_enabled(self, name: str, enabled: bool) -> None:
-        StrictAPI.post(f"/proxies/{name}", json={"enabled": enabled})
+        # PATCH since 2.6.0, which logs POST here as deprecated.
+        StrictAPI.patch(f"/proxies/{name}", json={"enabled": enabled})
 
     def add_toxic(self, proxy: str, type: str, stream: str = "downstream",
                   attributes: dict | None = None, toxicity: float = 1.0,

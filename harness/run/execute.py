@@ -29,6 +29,7 @@ from onceproof.checkers.history import HistoryWriter
 from onceproof.cluster.cluster import Cluster
 from onceproof.errors import SetupError
 from onceproof.run.clients import CLIENTS, RunContext, TopicConsumer
+from onceproof.workloads import faults
 from onceproof.workloads.plan import PlanError, validate
 
 SETTLE_TIMEOUT = 60.0
@@ -43,6 +44,7 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
         on_step: Callable[[int, dict], None] | None = None) -> dict:
     """Execute plan on cluster, writing out_dir/history.jsonl. Returns a summary."""
     validate(plan)
+    _fits(plan, cluster)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     suffix = uuid.uuid4().hex[:8]
@@ -82,6 +84,15 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()
     return {"history": str(out / "history.jsonl"), "suffix": suffix, "faults": applied}
+
+
+def _fits(plan: dict, cluster: Cluster) -> None:
+    for i, step in enumerate(plan["steps"]):
+        missing = faults.node_ids(step["fault"]) - set(cluster.nodes) if "fault" in step else set()
+        if missing:
+            raise PlanError(f"plan steps[{i}].fault names node {', '.join(map(str, sorted(missing)))}, "
+                            f"but the cluster has nodes {cluster.nodes}; use one of those or a "
+                            f"target ({', '.join(faults.TARGETS)})")
 
 
 def _round(clients: dict, ops: dict, stopped: set[str], writer: HistoryWriter) -> None:
@@ -142,75 +153,18 @@ def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     raise SetupError("new topics got no leaders within 60s; see the node logs")
 
 
-class NoLeader(Exception):
-    """A fault aimed at "the leader" when no leader is known: the fault is not applied."""
-
-
-def _node(cluster: Cluster, ctx: RunContext, ref) -> int:
-    """A plan names a node by id, or as "leader": the leader of the plan's first topic's
-    first partition at the moment the fault is applied."""
-    if ref == "leader":
-        topic = ctx.topic(next(iter(ctx.partitions)))
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            # A fresh client each time: mid-fault, any one broker's view may be stale or empty.
-            try:
-                part = cluster.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(0)
-            except KafkaException:
-                part = None
-            if part is not None and part.leader in cluster.topology.nodes:
-                return part.leader
-            time.sleep(0.5)
-        raise NoLeader(f"no leader known for {topic} partition 0")
-    if not isinstance(ref, int) or ref not in cluster.topology.nodes:
-        raise PlanError(f"fault names node {ref!r}, but the cluster has nodes "
-                        f"{cluster.topology.nodes}; use one of those or \"leader\"")
-    return ref
-
-
-def _links(cluster: Cluster, ctx: RunContext, fault: dict) -> list[str]:
-    """Toxics go on the client links of one node (`node`), or of every node."""
-    node = _node(cluster, ctx, fault["node"]) if "node" in fault else None
-    kinds = tuple(fault.get("kinds", ["client"]))
-    return [l.name for l in cluster.links_of(node, kinds)]
-
-
-def apply_fault(cluster: Cluster, ctx: RunContext, fault: dict) -> None:
-    f = fault["f"]
-    h = ctx.writer.invoke("nemesis", f, fault)
+def apply_fault(cluster: Cluster, ctx: RunContext, step: dict) -> None:
+    """Fire a fault step as an op of the nemesis; its ok value is the step as resolved."""
+    h = ctx.writer.invoke("nemesis", step["f"], step)
     try:
-        resolved = dict(fault)
-        if f in ("start", "resume") and fault.get("node") == "leader":
-            for node in cluster.topology.nodes:
-                getattr(cluster, f)(node)
-        elif "node" in fault and f not in ("latency", "reset_peer", "slicer", "bandwidth"):
-            resolved["node"] = node = _node(cluster, ctx, fault["node"])
-            {"isolate": cluster.isolate, "kill": cluster.kill, "pause": cluster.pause,
-             "resume": cluster.resume, "stop": cluster.stop, "start": cluster.start,
-             "restart": cluster.restart}[f](node)
-        elif f == "partition":
-            sides = [[_node(cluster, ctx, n) for n in side] for side in fault["sides"]]
-            resolved["sides"], resolved["links"] = sides, cluster.partition(sides)
-        elif f == "heal":
-            cluster.heal()
-        elif f == "cut_clients":
-            resolved["links"] = cluster.cut_clients(fault.get("nodes"))
-        elif f == "latency":
-            cluster.toxic("latency", _links(cluster, ctx, fault),
-                          {"latency": fault["ms"], "jitter": fault.get("jitter", 0)},
-                          streams=tuple(fault.get("streams", ["upstream", "downstream"])))
-        elif f == "reset_peer":
-            cluster.reset_peer(_links(cluster, ctx, fault), fault.get("timeout_ms", 0))
-        elif f == "slicer":
-            cluster.slicer(_links(cluster, ctx, fault))
-        elif f == "bandwidth":
-            cluster.bandwidth(_links(cluster, ctx, fault), fault["kb_per_s"])
-        ctx.writer.ok(h, resolved)
-    except NoLeader as exc:
+        resolved = faults.apply(faults.Scene(cluster, [ctx.topic(t) for t in ctx.partitions]), step)
+    except faults.NoTarget as exc:
         ctx.writer.fail(h, str(exc))
     except SetupError as exc:
         ctx.writer.info(h, str(exc))
         raise
+    else:
+        ctx.writer.ok(h, resolved)
 
 
 def _offsets(cluster: Cluster, tps: list[TopicPartition], isolation) -> dict:
@@ -225,9 +179,7 @@ def _all_tps(ctx: RunContext) -> list[TopicPartition]:
 
 
 def _settle(cluster: Cluster, ctx: RunContext) -> None:
-    h = ctx.writer.invoke("nemesis", "heal", {"all": True})
-    cluster.heal_all()
-    ctx.writer.ok(h, {"all": True})
+    apply_fault(cluster, ctx, {"f": "heal", "all": True})
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while time.monotonic() < deadline:
         try:

@@ -1,0 +1,187 @@
+"""The fault registry (workloads/faults.py): each kind checks its parameters in one line,
+draws with its undo, and opens and closes report windows; the docs name every kind; and
+on the real cluster, one plan fires every kind with its targets resolved."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onceproof.checkers.history import HistoryWriter, read_events
+from onceproof.report import faults as report_faults
+from onceproof.report.history import load
+from onceproof.workloads import faults
+from onceproof.workloads.plan import PlanError, validate
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+# A valid step of every kind, naming every parameter it takes.
+FULL = {
+    "kill": {"node": "leader"}, "pause": {"node": 2}, "restart": {"node": 1},
+    "partition": {"sides": [["leader"], []]}, "isolate": {"node": 1},
+    "latency": {"ms": 200, "jitter": 50, "node": "leader", "kinds": ["client", "repl"],
+                "streams": ["downstream"]},
+    "reset_peer": {"timeout_ms": 0, "node": 3, "kinds": ["client"]},
+    "slicer": {"node": 1, "kinds": ["client"]}, "bandwidth": {"kb_per_s": 16, "node": 2},
+    "cut_clients": {"nodes": [1, 2]}, "stop": {"node": 3}, "wipe": {"node": 3},
+    "heal": {"all": True}, "resume": {"node": 2}, "start": {"node": 3},
+}
+
+
+def _plan(*fault_steps: dict) -> dict:
+    return {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
+            "steps": [{"fault": s} for s in fault_steps]}
+
+
+def test_every_kind_has_a_full_example_here():
+    assert set(FULL) == set(faults.FAULTS)
+
+
+@pytest.mark.parametrize("kind", list(faults.FAULTS))
+def test_each_kind_checks_its_parameters_in_one_line(kind):
+    definition = faults.FAULTS[kind]
+    full = {"f": kind, **FULL[kind]}
+    assert faults.problem(full) is None
+    validate(_plan(full))
+    bad_steps = [{**full, "meteor": 1}]
+    bad_steps += [{k: v for k, v in full.items() if k != p}
+                  for p, spec in definition.params.items() if spec.required]
+    bad_steps += [{**full, p: "nonsense"} for p in definition.params]
+    for step in bad_steps:
+        with pytest.raises(PlanError) as caught:
+            validate(_plan(step))
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith("plan steps[0].fault: ")
+        assert kind in message and "see docs/plans.md" in message
+
+
+def test_an_unknown_kind_lists_the_registry():
+    with pytest.raises(PlanError) as caught:
+        validate(_plan({"f": "meteor"}))
+    assert all(kind in str(caught.value) for kind in faults.FAULTS)
+    with pytest.raises(faults.UnknownFault) as caught:
+        faults.selection("kill,meteor")
+    assert "unknown fault meteor" in str(caught.value)
+    assert all(name in str(caught.value) for name in faults.DRAWN)
+
+
+def test_selections_are_named_sets_or_lists_of_kinds_and_presets():
+    assert faults.selection("mixed") == faults.SETS["mixed"]
+    assert set(faults.SETS["node"]) | set(faults.SETS["net"]) == set(faults.SETS["mixed"])
+    assert faults.selection("slow_acks, kill") == ("slow_acks", "kill")
+    assert faults.selection("none") == ()
+    with pytest.raises(faults.UnknownFault):
+        faults.selection("heal")  # an undo is drawn with the fault it undoes, not alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), name=st.sampled_from(faults.DRAWN))
+def test_each_strategy_draws_valid_steps_with_their_undo(data, name):
+    steps = data.draw(faults.drawn(name, nodes=3))
+    for _, step in steps:
+        assert faults.problem(step) is None, step
+    kind = faults.PRESETS[name].kind if name in faults.PRESETS else name
+    definition = faults.FAULTS[kind]
+    first = steps[0][1]
+    assert first["f"] == kind and steps[0][0] == 0
+    if definition.undo is None:
+        assert len(steps) == 1
+        return
+    (wait, undo), = steps[1:]
+    assert wait >= 1 and undo["f"] in definition.undone_by
+    # A node fault on a target is undone on every node: the target may have moved.
+    if "node" in first and definition.family == "node":
+        assert undo.get("node") == (first["node"] if isinstance(first["node"], int) else None)
+
+
+def _windows(tmp_path, ops):
+    """ops: (f, invoke value, ok value or None for fail); one op a second."""
+    seconds = iter(range(1000))
+    with HistoryWriter(tmp_path / "history.jsonl",
+                       clock=lambda: int(next(seconds) * 1e9)) as w:
+        ids = []
+        for f, asked, resolved in ops:
+            op = w.invoke("nemesis", f, asked)
+            if resolved is None:
+                w.fail(op, "no leader known")
+            else:
+                w.ok(op, resolved)
+            ids.append(op)
+    h = load(tmp_path / "history.jsonl")
+    values = h.values(list(h.fault_ops["invoke_row"]) + list(h.fault_ops["done_row"].dropna()))
+    return ids, report_faults.windows(h.fault_ops, values, h.duration)
+
+
+def test_windows_follow_the_registry(tmp_path):
+    ids, wins = _windows(tmp_path, [
+        ("kill", {"f": "kill", "node": "leader"}, {"f": "kill", "node": 2}),
+        ("pause", {"f": "pause", "node": 3}, {"f": "pause", "node": 3}),
+        ("latency", {"f": "latency", "ms": 200}, {"f": "latency", "ms": 200, "links": ["client-1"]}),
+        ("isolate", {"f": "isolate", "node": "leader"}, None),  # failed: opens nothing
+        ("resume", {"f": "resume", "node": 1}, {"f": "resume", "node": 1}),  # not n3's pause
+        ("restart", {"f": "restart", "node": 1}, {"f": "restart", "node": 1}),  # n1 was up
+        ("heal", {"f": "heal"}, {"f": "heal"}),
+        ("start", {"f": "start"}, {"f": "start"}),  # every node: ends the kill of n2
+        ("wipe", {"f": "wipe", "node": 1}, {"f": "wipe", "node": 1}),
+        ("heal", {"f": "heal", "all": True}, {"f": "heal", "all": True}),
+    ])
+    by_label = {w.label: w for w in wins}
+    assert list(by_label) == ["kill n2", "pause n3", "latency 200ms", "restart n1", "wipe n1"]
+    assert by_label["kill n2"].closed_by == ids[7] and by_label["kill n2"].category == "node"
+    assert by_label["latency 200ms"].closed_by == ids[6]
+    assert by_label["latency 200ms"].category == "network"
+    assert by_label["restart n1"].point and by_label["restart n1"].closed_by == ids[5]
+    assert by_label["pause n3"].closed_by == ids[9] and by_label["wipe n1"].closed_by == ids[9]
+
+
+def test_docs_name_every_kind():
+    plans = (DOCS / "plans.md").read_text()
+    assert faults.reference() in plans, "regenerate the fault table in docs/plans.md " \
+                                        "from workloads.faults.reference()"
+    history = (DOCS / "history.md").read_text()
+    section = history[history.index("Faults are operations"):history.index("## Transactions")]
+    assert all(f"`{kind}`" in section for kind in faults.FAULTS)
+
+
+@pytest.mark.cluster
+def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
+    from onceproof.run.execute import run
+    send = {"ops": {"p0": {"f": "send", "n": 2}}}
+    steps = [
+        {"fault": {"f": "partition", "sides": [["leader"], []]}}, send, {"fault": {"f": "heal"}},
+        {"fault": {"f": "isolate", "node": 1}}, {"fault": {"f": "heal"}},
+        {"fault": {"f": "latency", "ms": 100, "node": "leader"}}, send,
+        {"fault": {"f": "reset_peer", "node": 2, "kinds": ["repl"]}},
+        {"fault": {"f": "slicer", "node": 1}}, {"fault": {"f": "bandwidth", "kb_per_s": 512}},
+        {"fault": {"f": "cut_clients", "nodes": [3]}}, {"fault": {"f": "heal"}}, send,
+        {"fault": {"f": "kill", "node": "leader"}}, send, {"fault": {"f": "start"}},
+        {"fault": {"f": "pause", "node": 2}}, {"fault": {"f": "resume", "node": 2}},
+        {"fault": {"f": "stop", "node": 3}}, {"fault": {"f": "start", "node": 3}},
+        {"fault": {"f": "restart", "node": 1}},
+        {"fault": {"f": "wipe", "node": 3}}, {"fault": {"f": "start", "node": 3}}, send,
+    ]
+    plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
+            "steps": steps}
+    assert {s["fault"]["f"] for s in steps if "fault" in s} | {"heal"} == set(faults.FAULTS)
+    run(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    nemesis = [e for e in events if e["process"] == "nemesis"]
+    done = [e for e in nemesis if e["type"] != "invoke" and e["f"] in faults.FAULTS]
+    assert [e["type"] for e in done] == ["ok"] * len(done), [(e["f"], e.get("error")) for e in done]
+    assert [e["f"] for e in done][:-1] == [s["fault"]["f"] for s in steps if "fault" in s]
+    assert done[-1]["value"] == {"f": "heal", "all": True}  # the settle phase
+    for e in done:
+        value = e["value"]
+        assert not any(v == "leader" for v in value.values()), e  # every target resolved
+        if "node" in value:
+            assert value["node"] in cluster.nodes
+    by_f = {e["f"]: e["value"] for e in done}
+    leader = by_f["partition"]["sides"][0][0]
+    assert leader in cluster.nodes and by_f["partition"]["links"]
+    assert all(str(leader) in link.split("-")[1:] for link in by_f["partition"]["links"])
+    assert by_f["latency"]["links"] == [f"client-{by_f['latency']['node']}"]
+    assert by_f["reset_peer"]["links"] and all(l.startswith("repl-") for l in by_f["reset_peer"]["links"])
+    assert by_f["cut_clients"]["links"] == ["client-3"]
+    assert not cluster.faults  # the settle phase healed everything

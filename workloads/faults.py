@@ -1,0 +1,446 @@
+"""The fault registry: every fault kind a plan step can name, each defined once.
+
+A definition holds
+- its parameters, each with what to write (plan.validate checks steps with it, and
+  docs/plans.md's fault table is generated from it);
+- how Hypothesis draws it (`first`) and what undoes it (`undo`): strategies.fault draws
+  the one and schedules the other a few rounds later;
+- what it does when it fires (`act`): it resolves its own targets (a node named "leader"
+  becomes the node that leads at that moment) and returns the step as resolved, which the
+  runner records as the nemesis op's `ok` value;
+- what its window is in the report: a fault in force `until` one of `undone_by` fires
+  (matched by node when both name one), an `instant` fault, or an `undo` that opens none.
+
+Presets are named strategies that draw steps of registered kinds (`slow_acks` is a
+latency on responses only; `partition_leader` cuts the leader off), so a plan's `f` is
+always a kind of this registry.
+
+Targets: wherever a step names a node it may name a node id or a target, resolved when
+the fault fires. A new kind of target (the coordinator of a transactional id, the leader
+of a given partition) is one more entry of TARGETS.
+
+Nothing here imports the harness: `act` drives the cluster it is handed (a Scene) through
+these primitives only: nodes, kill/pause/resume/stop/start/restart/wipe(node),
+links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
+streams), heal(), heal_all(), leader(topic, partition).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+LINK_KINDS = ("client", "repl", "ctl")
+STREAMS = ("upstream", "downstream")
+
+
+class NoTarget(Exception):
+    """A fault's target could not be found when it fired (no leader known): the fault is
+    not applied, and its op fails."""
+
+
+class UnknownFault(ValueError):
+    """A fault selection names something the registry does not hold."""
+
+
+@dataclass
+class Scene:
+    """What a fault acts on when it fires: the cluster (its primitives, listed above) and
+    the run's real topic names, in plan order."""
+    cluster: Any
+    topics: list[str]
+
+
+# ---- targets ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    doc: str
+    find: Callable[[Scene], int | None]  # the node, or None when none is known yet
+    patience: float = 15.0  # seconds to keep asking: mid-fault, metadata may lag
+
+
+def _first_leader(scene: Scene) -> int | None:
+    return scene.cluster.leader(scene.topics[0], 0)
+
+
+TARGETS = {"leader": Target("the leader of the first topic's partition 0", _first_leader)}
+
+
+def resolve(scene: Scene, ref) -> int:
+    """A node id stays as it is; a target is asked until it names a node of the cluster."""
+    if isinstance(ref, int):
+        return ref
+    target = TARGETS[ref]
+    deadline = time.monotonic() + target.patience
+    while True:
+        node = target.find(scene)
+        if node is not None and node in scene.cluster.nodes:
+            return node
+        if time.monotonic() > deadline:
+            raise NoTarget(f"no {ref} known: {target.doc}")
+        time.sleep(0.5)
+
+
+# ---- parameters -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    doc: str  # what to write: an error says "<kind>'s <param> must be <doc>"
+    valid: Callable[[Any], bool]
+    required: bool = False
+    nodes: Callable[[Any], list] | None = None  # the node references a value holds
+
+
+def _one(v) -> list:
+    return [v]
+
+
+def _int(low: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_ref(v) -> bool:
+    return _int(1)(v) or v in TARGETS
+
+
+def _subset(options: tuple[str, ...]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and bool(v) and set(v) <= set(options)
+
+
+_REF_DOC = "a node id or " + " or ".join(f'"{t}"' for t in TARGETS)
+NODE = Param(_REF_DOC, _is_ref, required=True, nodes=_one)
+NODE_ID = Param("a node id; without it, every node", _int(1), nodes=_one)
+LINKS = {
+    "node": Param(f"{_REF_DOC}: only the links of that node (default: every node)", _is_ref,
+                  nodes=_one),
+    "kinds": Param("a list of link kinds: " + ", ".join(LINK_KINDS) + ' (default ["client"])',
+                   _subset(LINK_KINDS)),
+}
+
+
+def _directions(default: tuple[str, ...]) -> Param:
+    return Param(f"a list of {', '.join(STREAMS)} (default {', '.join(default)})", _subset(STREAMS))
+
+
+# ---- definitions ------------------------------------------------------------------------
+
+Step = dict
+HOLD = st.integers(1, 3)  # rounds a fault stays before its undo
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    doc: str  # one line: what it does to the cluster
+    family: str  # "network" or "node": how the report groups its windows
+    params: dict[str, Param]
+    act: Callable[[Scene, Step], Step]
+    window: str  # "until" (undone_by ends it), "instant", or "undo" (opens no window)
+    undone_by: frozenset[str] = frozenset()
+    first: Callable[[int], st.SearchStrategy] | None = None  # nodes -> the step drawn
+    undo: Callable[[Step], Step] | None = None  # the step that undoes a drawn one
+    label: Callable[[Step], str] | None = None
+    mixed: bool = True  # drawn by the named sets (mixed, net, node)
+
+    def problem(self, step: Step) -> str | None:
+        """What is wrong with a step of this kind, in one line, or None."""
+        missing = [p for p, spec in self.params.items() if spec.required and p not in step]
+        if missing:
+            return f"{self.name} needs {', '.join(missing)}: {self.params[missing[0]].doc}"
+        for key, value in step.items():
+            if key == "f":
+                continue
+            if key not in self.params:
+                takes = ", ".join(self.params) or "no parameters"
+                return f"{self.name} takes {takes}, not {key!r}"
+            if not self.params[key].valid(value):
+                return f"{self.name}'s {key} must be {self.params[key].doc}, not {value!r}"
+        return None
+
+    def node_ids(self, step: Step) -> set[int]:
+        """The node ids a (valid) step names, targets left out."""
+        return {n for p, spec in self.params.items() if spec.nodes and p in step
+                for n in spec.nodes(step[p]) if isinstance(n, int)}
+
+    def title(self, value: Step) -> str:
+        """How the report names one application of this fault."""
+        if self.label:
+            return self.label(value)
+        node = value.get("node")
+        return self.name + (f" n{node}" if node is not None else "")
+
+
+def _on_node(method: str) -> Callable[[Scene, Step], Step]:
+    def act(scene: Scene, step: Step) -> Step:
+        node = resolve(scene, step["node"])
+        getattr(scene.cluster, method)(node)
+        return {**step, "node": node}
+    return act
+
+
+def _on_nodes(method: str) -> Callable[[Scene, Step], Step]:
+    """An undo of a node fault: of the node named, or of every node (the fault it undoes
+    named a target, which may be another node by now)."""
+    def act(scene: Scene, step: Step) -> Step:
+        for node in [step["node"]] if "node" in step else scene.cluster.nodes:
+            getattr(scene.cluster, method)(node)
+        return dict(step)
+    return act
+
+
+def _nodes(nodes: int) -> st.SearchStrategy:
+    return st.one_of(st.just("leader"), st.integers(1, nodes))
+
+
+def _node_step(f: str) -> Callable[[int], st.SearchStrategy]:
+    return lambda nodes: _nodes(nodes).map(lambda node: {"f": f, "node": node})
+
+
+def _undo_on_node(f: str) -> Callable[[Step], Step]:
+    return lambda step: {"f": f, **({"node": step["node"]} if isinstance(step["node"], int) else {})}
+
+
+def _heal(step: Step) -> Step:
+    return {"f": "heal"}
+
+
+def _partition(scene: Scene, step: Step) -> Step:
+    sides = [[resolve(scene, n) for n in side] for side in step["sides"]]
+    links = scene.cluster.links_crossing(sides)
+    scene.cluster.disable(links)
+    return {**step, "sides": sides, "links": links}
+
+
+def _isolate(scene: Scene, step: Step) -> Step:
+    node = resolve(scene, step["node"])
+    links = scene.cluster.links_crossing([[node]])
+    scene.cluster.disable(links)
+    return {**step, "node": node, "links": links}
+
+
+def _cut_clients(scene: Scene, step: Step) -> Step:
+    links = [name for node in step.get("nodes", scene.cluster.nodes)
+             for name in scene.cluster.links(node, ("client",))]
+    scene.cluster.disable(links)
+    return {**step, "links": links}
+
+
+def _heal_act(scene: Scene, step: Step) -> Step:
+    if step.get("all"):
+        scene.cluster.heal_all()
+    else:
+        scene.cluster.heal()
+    return dict(step)
+
+
+def _toxic(type: str, attributes: Callable[[Step], dict], streams: tuple[str, ...]
+           ) -> Callable[[Scene, Step], Step]:
+    """A toxiproxy toxic on the client links (or the `kinds` given) of one node or all."""
+    def act(scene: Scene, step: Step) -> Step:
+        node = resolve(scene, step["node"]) if "node" in step else None
+        links = scene.cluster.links(node, tuple(step.get("kinds", ["client"])))
+        scene.cluster.toxic(type, links, attributes(step), tuple(step.get("streams", streams)))
+        return {**step, **({"node": node} if node is not None else {}), "links": links}
+    return act
+
+
+def _partition_label(v: Step) -> str:
+    if not isinstance(v.get("sides"), list):
+        return "partition"
+    # Nodes on no side form one more side, which an empty side names.
+    return "partition " + " | ".join(" ".join(map(str, s)) or "rest" for s in v["sides"])
+
+
+def _with(unit: str, key: str, name: str) -> Callable[[Step], str]:
+    def label(v: Step) -> str:
+        parts = [name] + ([f"{v[key]}{unit}"] if key in v else [])
+        return " ".join(parts + ([f"n{v['node']}"] if "node" in v else []))
+    return label
+
+
+_NETWORK = frozenset({"heal"})
+_NODE_DOWN = frozenset({"start", "restart"})
+
+_DEFINITIONS = [
+    # Kinds in the order Hypothesis draws them from (its simplest choice is the first).
+    Fault("kill", "SIGKILL the node's JVM", "node", {"node": NODE}, _on_node("kill"),
+          "until", _NODE_DOWN, _node_step("kill"), _undo_on_node("start")),
+    Fault("pause", "SIGSTOP the node's JVM", "node", {"node": NODE}, _on_node("pause"),
+          "until", frozenset({"resume", "restart"}), _node_step("pause"), _undo_on_node("resume")),
+    Fault("restart", "SIGTERM the node, then start it again", "node", {"node": NODE},
+          _on_node("restart"), "instant", first=_node_step("restart")),
+    Fault("partition", "cut every node-to-node link between the sides, both directions "
+          "(clients still reach every node)", "network",
+          {"sides": Param(f"a list of sides, each a list of nodes ({_REF_DOC}); nodes on no "
+                          "side form one more side",
+                          lambda v: isinstance(v, list) and bool(v) and all(
+                              isinstance(s, list) and all(map(_is_ref, s)) for s in v),
+                          required=True, nodes=lambda v: [n for side in v for n in side])},
+          _partition, "until", _NETWORK,
+          lambda nodes: _nodes(nodes).map(lambda n: {"f": "partition", "sides": [[n], []]}),
+          _heal, _partition_label),
+    Fault("isolate", "cut every node-to-node link of the node", "network", {"node": NODE},
+          _isolate, "until", _NETWORK, _node_step("isolate"), _heal),
+    Fault("latency", "delay data on links", "network",
+          {"ms": Param("a positive integer (milliseconds)", _int(1), required=True),
+           "jitter": Param("a non-negative integer (milliseconds)", _int(0)),
+           **LINKS, "streams": _directions(STREAMS)},
+          _toxic("latency", lambda s: {"latency": s["ms"], "jitter": s.get("jitter", 0)}, STREAMS),
+          "until", _NETWORK,
+          lambda nodes: st.sampled_from([200, 1000, 6000]).map(
+              lambda ms: {"f": "latency", "ms": ms, "jitter": ms // 4}),
+          _heal, _with("ms", "ms", "latency")),
+    Fault("reset_peer", "reset connections (TCP RST) on links, after `timeout_ms` of data",
+          "network", {"timeout_ms": Param("a non-negative integer (milliseconds)", _int(0)), **LINKS},
+          _toxic("reset_peer", lambda s: {"timeout": s.get("timeout_ms", 0)}, ("upstream",)),
+          "until", _NETWORK, lambda nodes: st.just({"f": "reset_peer"}), _heal),
+    Fault("slicer", "cut data on links into small delayed chunks (responses only)", "network",
+          dict(LINKS),
+          _toxic("slicer", lambda s: {"average_size": 64, "size_variation": 32, "delay": 100},
+                 ("downstream",)),
+          "until", _NETWORK, lambda nodes: st.just({"f": "slicer"}), _heal),
+    Fault("bandwidth", "limit the data rate of links", "network",
+          {"kb_per_s": Param("a positive integer (KB/s)", _int(1), required=True), **LINKS},
+          _toxic("bandwidth", lambda s: {"rate": s["kb_per_s"]}, STREAMS),
+          "until", _NETWORK, lambda nodes: st.just({"f": "bandwidth", "kb_per_s": 16}), _heal,
+          _with("KB/s", "kb_per_s", "bandwidth")),
+    # Kinds a plan or a selection names explicitly; the named sets do not draw them.
+    Fault("cut_clients", "clients can no longer reach the nodes (nodes still reach each "
+          "other)", "network",
+          {"nodes": Param("a list of node ids (default: every node)",
+                          lambda v: isinstance(v, list) and bool(v) and all(map(_int(1), v)),
+                          nodes=list)},
+          _cut_clients, "until", _NETWORK, lambda nodes: st.just({"f": "cut_clients"}), _heal,
+          mixed=False),
+    Fault("stop", "SIGTERM the node (a clean shutdown); it stays down", "node", {"node": NODE},
+          _on_node("stop"), "until", _NODE_DOWN, _node_step("stop"), _undo_on_node("start"),
+          mixed=False),
+    Fault("wipe", "SIGKILL the node, delete its data and format it afresh; it stays down "
+          "(start brings it back empty)", "node", {"node": NODE}, _on_node("wipe"), "until",
+          _NODE_DOWN, _node_step("wipe"), _undo_on_node("start"), mixed=False),
+    # Undos.
+    Fault("heal", "enable every link and remove every toxic; with `all`, also resume and "
+          "start every node and wait until the cluster is ready", "network",
+          {"all": Param("true or false", lambda v: isinstance(v, bool))}, _heal_act, "undo",
+          label=lambda v: "heal all" if v.get("all") else "heal"),
+    Fault("resume", "SIGCONT a paused node", "node", {"node": NODE_ID}, _on_nodes("resume"), "undo"),
+    Fault("start", "start a node that is down", "node", {"node": NODE_ID}, _on_nodes("start"), "undo"),
+]
+FAULTS: dict[str, Fault] = {f.name: f for f in _DEFINITIONS}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named way to draw a registered kind with chosen parameters."""
+    name: str
+    doc: str
+    kind: str
+    first: Callable[[int], st.SearchStrategy] = field(repr=False)
+
+
+PRESETS = {p.name: p for p in [
+    Preset("slow_acks", "latency of 3 s on responses only: a write lands, its producer does "
+           "not hear of it in time and retries", "latency",
+           lambda nodes: st.just({"f": "latency", "ms": 3000, "streams": ["downstream"]})),
+    Preset("partition_leader", "a partition that cuts the leader off from the other nodes",
+           "partition", lambda nodes: st.just({"f": "partition", "sides": [["leader"], []]})),
+]}
+
+DRAWN = tuple(f.name for f in _DEFINITIONS if f.first) + tuple(PRESETS)
+SETS = {
+    "mixed": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed),
+    "node": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed and f.family == "node"),
+    "net": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed and f.family == "network"),
+    "none": (),
+}
+
+
+def problem(step) -> str | None:
+    """What is wrong with a fault step, in one line, or None."""
+    if not isinstance(step, dict) or step.get("f") not in FAULTS:
+        return f"f must be one of {', '.join(FAULTS)}"
+    return FAULTS[step["f"]].problem(step)
+
+
+def node_ids(step: Step) -> set[int]:
+    """The node ids a valid fault step names, so a run can check them against its cluster."""
+    return FAULTS[step["f"]].node_ids(step)
+
+
+def apply(scene: Scene, step: Step) -> Step:
+    """Fire a (valid) fault step; returns it with its targets resolved. Raises NoTarget
+    when a target names no node now."""
+    return FAULTS[step["f"]].act(scene, step)
+
+
+def drawn(name: str, nodes: int = 3) -> st.SearchStrategy:
+    """A kind or preset, drawn with its undo: a list of (rounds to wait, step)."""
+    kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
+    make = PRESETS[name].first if name in PRESETS else kind.first if kind else None
+    if kind is None or make is None:
+        raise UnknownFault(f"unknown fault {name}: draw one of {', '.join(DRAWN)}")
+    first, undo = make(nodes), kind.undo
+    if undo is None:
+        return first.map(lambda step: [(0, step)])
+    return st.tuples(first, HOLD).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])
+
+
+def selection(spec: str) -> tuple[str, ...]:
+    """A named set (mixed, net, node, none) or a comma-separated list of kinds and presets."""
+    if spec in SETS:
+        return SETS[spec]
+    names = tuple(k.strip() for k in spec.split(",") if k.strip())
+    unknown = [k for k in names if k not in DRAWN]
+    if unknown or not names:
+        raise UnknownFault(f"unknown fault {', '.join(unknown) or repr(spec)}: use "
+                           f"{', '.join(SETS)} or a list of {', '.join(DRAWN)}")
+    return names
+
+
+# ---- the report's view ------------------------------------------------------------------
+
+def label(f: str, value: dict | None) -> str:
+    return FAULTS[f].title(value or {}) if f in FAULTS else f
+
+
+def category(f: str) -> str:
+    return FAULTS[f].family if f in FAULTS else "other"
+
+
+def lasts(f: str) -> bool:
+    """In force from when it fires until something undoes it."""
+    return f in FAULTS and FAULTS[f].window == "until"
+
+
+def is_undo(f: str) -> bool:
+    """Only an undo: when it ends nothing, it is no event of its own."""
+    return f in FAULTS and FAULTS[f].window == "undo"
+
+
+def ends(f: str, value: dict | None) -> frozenset[str]:
+    """The kinds that an op of kind f ends (on its node, when both name one)."""
+    if f == "heal" and (value or {}).get("all"):
+        return frozenset(k for k in FAULTS if lasts(k))
+    return frozenset(k for k, d in FAULTS.items() if f in d.undone_by)
+
+
+# ---- the reference in docs/plans.md -----------------------------------------------------
+
+def reference() -> str:
+    """The fault table of docs/plans.md (a test keeps the two the same)."""
+    rows = ["| fault | parameters | what it does | undone by |",
+            "|-------|------------|--------------|-----------|"]
+    for f in _DEFINITIONS:
+        params = "; ".join(f"`{p}`{'' if spec.required else ' (optional)'}: {spec.doc}"
+                           for p, spec in f.params.items()) or "none"
+        undone = ", ".join(f"`{u}`" for u in sorted(f.undone_by)) or (
+            "(an undo)" if f.window == "undo" else "(over when it returns)")
+        rows.append(f"| `{f.name}` | {params} | {f.doc} | {undone} |")
+    rows += ["", "Presets, which `--faults` and strategies accept besides the kinds:", "",
+             "| preset | what it draws |", "|--------|--------------|"]
+    rows += [f"| `{p.name}` | a `{p.kind}`: {p.doc} |" for p in PRESETS.values()]
+    return "\n".join(rows) + "\n"
