@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from histories import ww_ring  # the tests' builder of the same ring
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.histories
 from onceproof.checkers.cycles import find_cycles
+from tests.histories import ww_ring  # the tests' builder of the same ring
 
 
 def main() -> None:

@@ -6,13 +6,12 @@ import itertools
 
 import numpy as np
 import pandas as pd
-from tests.histories import History, example, found, verdict, ww_ring
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceproof.checkers import graph
 from onceproof.checkers.cycles import RW, WR, WW, find_cycles, solvable
-from tests.histories import History, example, found, verdict
+from tests.histories import History, example, found, verdict, ww_ring
 
 
 def _reach(n, edges):

@@ -8,13 +8,14 @@ from onceproof.checkers.history import HistoryWriter
 
 
 def _history(path, high: int):
+    t0 = {"topic": "t", "partition": 0}
     with HistoryWriter(path) as w:
         for v in (1, 2, 3):
-            op = w.invoke("p0", "send", {"records": [{"topic": "t", "partition": 0, "key": "p0", "value": v}]})
-            w.ok(op, {"records": [{"topic": "t", "partition": 0, "key": "p0", "value": v, "offset": v - 1}]})
+            op = w.invoke("p0", "send", {"records": [{**t0, "key": "p0", "value": v}]})
+            w.ok(op, {"records": [{**t0, "key": "p0", "value": v, "offset": v - 1}]})
         op = w.invoke("final", "assign", {"partitions": [{"topic": "t", "partition": 0}]}, final=True)
         w.ok(op, {"partitions": [{"topic": "t", "partition": 0}]})
-        op = w.invoke("final", "seek", {"positions": [{"topic": "t", "partition": 0, "offset": 0}]}, final=True)
+        op = w.invoke("final", "seek", {"positions": [{**t0, "offset": 0}]}, final=True)
         w.ok(op, {"positions": [{"topic": "t", "partition": 0, "offset": 0}]})
         op = w.invoke("final", "poll", {"isolation": "read_committed"}, final=True)
         records = [{"topic": "t", "partition": 0, "offset": v - 1, "key": "p0", "value": v}

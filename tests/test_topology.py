@@ -28,7 +28,8 @@ def test_nodes_reach_each_other_only_through_proxies():
     proxy_ports = {l.listen for l in topo.links}
     for node in topo.nodes:
         props = topo.server_properties(node, "/tmp/x")
-        own = {topo.ports[node].client, *topo.ports[node].controller.values(), *topo.ports[node].repl.values()}
+        ports = topo.ports[node]
+        own = {ports.client, *ports.controller.values(), *ports.repl.values()}
         for entry in props["advertised.listeners"].split(",") + props["controller.quorum.voters"].split(","):
             port = int(entry.rsplit(":", 1)[1])
             # Anything a peer or client is told to dial is a proxy, or this node's own port
