@@ -171,7 +171,8 @@ def _offsets(events, ev, ops, txns) -> pd.DataFrame:
     cols = ["op", "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
     rows = rows.merge(ops[cols], on="op", how="left")
     tx = txns.set_index("txn")
-    rows["txn_outcome"] = rows["txn"].map(tx["outcome"])
+    # A map that finds nothing (no transactions) comes back as floats; the column holds strings.
+    rows["txn_outcome"] = rows["txn"].map(tx["outcome"]).astype(pd.StringDtype())
     is_send = (rows["f"] == "send_offsets").to_numpy()
     ty = rows["type"].to_numpy(dtype=object)
     oc = rows["txn_outcome"].fillna("").to_numpy(dtype=object)
