@@ -9,6 +9,7 @@ left it, skips those records as far as anything committed is concerned.
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ def _gap(pl: PartitionLog, iso: np.ndarray, a: np.ndarray, b: np.ndarray,
     """How many values visible to each reader lie strictly between a and b (or in
     [a, b) when inclusive_a)."""
     n = np.zeros(len(a), dtype=np.int64)
-    side = "left" if inclusive_a else "right"
+    side: Literal["left", "right"] = "left" if inclusive_a else "right"
     for rc in (True, False):
         m = (iso == READ_COMMITTED) == rc
         if not m.any():

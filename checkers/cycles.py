@@ -88,7 +88,7 @@ def _after(writers: pd.DataFrame, bounds: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _ordered_edges(pl: PartitionLog) -> list[pd.DataFrame]:
     w = spans.writers(pl)
-    out = []
+    out: list[pd.DataFrame] = []
     if w.empty:
         return out
     for kind, srcs in ((WW, w[w["hi"].notna()].reset_index(drop=True)),

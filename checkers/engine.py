@@ -108,7 +108,8 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     topic = pd.factorize(steps["topic"], use_na_sentinel=False)[0]
     part = steps["partition"].to_numpy(dtype=float, na_value=-1.0)
     key = np.stack([topic, part], axis=1)
-    cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else []
+    cut: np.ndarray | list[int] = (
+        np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else [])
     if len({tuple(k) for k in key[cut]}) != len(cut):  # some partition in two places
         order = np.lexsort((part, topic))
         steps, key = steps.take(order), key[order]

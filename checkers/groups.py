@@ -147,7 +147,7 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
             j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
             latest = {int(x) for x in s_off[j:k]}
             why = f"offset {max(latest)} was committed before the fetch began"
-        allowed = latest | racing_offsets(i)
+        allowed = latest | racing_offsets(int(i))
         if got in allowed:
             continue
         f = fetches.iloc[i]

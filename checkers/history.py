@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -76,7 +76,7 @@ class HistoryWriter:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
-        self._file = None
+        self._file: TextIO | None = None
         self._index = 0
         self._next_op = 0
         self._open_ops: dict[int, dict[str, Any]] = {}
@@ -456,8 +456,9 @@ def values_at(path: str | os.PathLike, indexes) -> dict[int, dict]:
     wanted = sorted({int(i) for i in indexes})
     if not wanted:
         return {}
+    path = _existing(path)
     out: dict[int, dict] = {}
-    with _Mapped(_existing(path)) as data:
+    with _Mapped(path) as data:
         starts = _line_starts(data, _complete_length(path, data, warn=False))
         for index in wanted:
             event = _event_at(data, starts, index)

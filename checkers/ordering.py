@@ -23,7 +23,7 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     retried batches (a non-idempotent producer with several requests in flight)."""
     w = pl.writes
     w = w[(w["type"] == "ok").to_numpy(dtype=bool) & w["offset"].notna().to_numpy(dtype=bool)]
-    out = []
+    out: list[dict] = []
     if len(w) < 2:
         return out
     w = w.assign(_t=w["txn"].fillna("")).sort_values(["process", "_t", "invoke_index", "rec"])

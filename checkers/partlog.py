@@ -75,9 +75,9 @@ class PartitionLog:
     def __init__(self, pdf: pd.DataFrame) -> None:
         pdf = typed(pdf)
         self.topic = pdf["topic"].iloc[0]
-        part = pdf["partition"].iloc[0]
+        partition = pdf["partition"].iloc[0]
         # Sends whose partition was never learned form a group of their own.
-        self.partition = None if pd.isna(part) else int(part)
+        self.partition = None if pd.isna(partition) else int(partition)
         # One numpy sort by (kind, invoke_index, rec), then each kind is a slice.
         kind = pdf["kind"].to_numpy(dtype=object)
         codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, WATERMARK, OFFSET))}

@@ -107,7 +107,8 @@ class StepSpool:
         folder.mkdir(parents=True)
         n = max(1, min(BUCKETS, len(self.sizes)))
         # Largest partitions first, each to the emptiest bucket: balanced tasks.
-        load, members = [0] * n, [[] for _ in range(n)]
+        load = [0] * n
+        members: list[list[int]] = [[] for _ in range(n)]
         for g in sorted(range(len(self.sizes)), key=lambda g: -self.sizes[g]):
             b = load.index(min(load))
             load[b] += self.sizes[g]

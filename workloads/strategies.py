@@ -15,7 +15,7 @@ from .faults import SETS, drawn
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
-WORKLOADS = {
+WORKLOADS: dict[str, dict[str, dict]] = {
     "producers": {
         "topics": {"t": {"partitions": 2}},
         "clients": {"p0": {"role": "producer"}, "p1": {"role": "producer"},
@@ -94,7 +94,7 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
     for key in ("producer", "consumer"):
         if key in config:
             plan[key] = config[key]
-    state = {cid: {} for cid in clients}
+    state: dict[str, dict] = {cid: {} for cid in clients}
     pending: list[tuple[int, dict]] = []  # undo steps, with rounds left before they apply
     n_rounds = draw(st.integers(min_rounds, max_rounds))
     for _ in range(n_rounds):

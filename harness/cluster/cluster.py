@@ -68,10 +68,11 @@ class Cluster:
         self.requested_version = kafka_version
         self.owned = owned
         self.overrides = dict(overrides or {})
-        self.topology: Topology | None = None
-        self.dist: KafkaDist | None = None
+        # Set by up(); read through the properties below, which say so when it has not run.
+        self._topology: Topology | None = None
+        self._dist: KafkaDist | None = None
         self.pids: dict[str, int] = {}
-        self.toxi: Toxi | None = None
+        self._toxi: Toxi | None = None
         # The effects in force, so status can show them, heal_all can undo them and a
         # restarted toxiproxy can get them back.
         self.disabled: set[str] = set()  # links
@@ -87,12 +88,12 @@ class Cluster:
     def up(self, timeout: float = 180.0) -> Cluster:
         if self.n < 1:
             raise SetupError(f"a cluster needs at least 1 node, not {self.n}")
-        self.dist = ensure_kafka(self.requested_version)
+        self._dist = ensure_kafka(self.requested_version)
         toxiproxy = ensure_toxiproxy()
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
-        self.topology = Topology.allocate(self.n)
+        self._topology = Topology.allocate(self.n)
         try:
             self._start_toxiproxy(toxiproxy)
             for node in self.topology.nodes:
@@ -119,6 +120,27 @@ class Cluster:
     def __exit__(self, *exc) -> None:
         self.down()
 
+    @property
+    def topology(self) -> Topology:
+        if self._topology is None:
+            raise self._not_up()
+        return self._topology
+
+    @property
+    def dist(self) -> KafkaDist:
+        if self._dist is None:
+            raise self._not_up()
+        return self._dist
+
+    @property
+    def toxi(self) -> Toxi:
+        if self._toxi is None:
+            raise self._not_up()
+        return self._toxi
+
+    def _not_up(self) -> SetupError:
+        return SetupError(f"the cluster in {self.root} is not up; call up() first")
+
     def node_dir(self, node: int) -> Path:
         return self.root / f"node{node}"
 
@@ -129,7 +151,7 @@ class Cluster:
         self.pids["toxiproxy"] = procs.spawn(
             [str(binary), "-host", HOST, "-port", str(port)],
             self.root / "toxiproxy.log", owned=self.owned)
-        self.toxi = Toxi(HOST, port)
+        self._toxi = Toxi(HOST, port)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -244,8 +266,8 @@ class Cluster:
     # ---- node primitives -------------------------------------------------------------
 
     def _pid(self, node: int) -> int | None:
-        if node not in (self.topology.nodes if self.topology else []):
-            raise SetupError(f"no node {node}: nodes are {self.topology.nodes}")
+        if node not in self.nodes:
+            raise SetupError(f"no node {node}: nodes are {self.nodes}")
         return self.pids.get(f"node{node}")
 
     def kill(self, node: int) -> None:
@@ -409,11 +431,11 @@ class Cluster:
     # ---- state -----------------------------------------------------------------------
 
     def save_state(self) -> None:
-        if not self.topology:
+        if not self._topology:
             return
         state = {
             "root": str(self.root), "nodes": self.topology.nodes, "owned": self.owned,
-            "kafka_version": self.dist.version if self.dist else None,
+            "kafka_version": self._dist.version if self._dist else None,
             "cluster_id": self.topology.cluster_id, "bootstrap": self.bootstrap,
             "toxiproxy_api": self.topology.toxiproxy_api, "pids": self.pids,
             "links": [{"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,

@@ -81,7 +81,7 @@ def signal_pid(pid: int, sig: int) -> None:
 
 def stop(pid: int | None, grace: float = 15.0) -> None:
     """SIGTERM, then SIGKILL after grace seconds; wait until it is gone."""
-    if not alive(pid):
+    if pid is None or not alive(pid):
         return
     signal_pid(pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
     signal_pid(pid, signal.SIGTERM)
@@ -90,7 +90,7 @@ def stop(pid: int | None, grace: float = 15.0) -> None:
 
 
 def kill(pid: int | None) -> None:
-    if not alive(pid):
+    if pid is None or not alive(pid):
         return
     signal_pid(pid, signal.SIGKILL)
     _wait_gone(pid, 10.0)

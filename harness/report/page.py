@@ -136,16 +136,16 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
     facts = [("history", f"{h.n_events:,} events, {len(h.ops):,} ops by "
                          f"{h.client_ops['process'].nunique()} clients over {h.duration:.3f} s"
                          + size)]
-    state = next((s for s in (_read_json(folder / "cluster" / "state.json"),
-                              _read_json(folder.parent / "cluster" / "state.json")) if s), None)
-    version = (state or {}).get("kafka_version") or _version_from_logs(folder / "logs")
+    state: dict = next((s for s in (_read_json(folder / "cluster" / "state.json"),
+                              _read_json(folder.parent / "cluster" / "state.json")) if s), {})
+    version = state.get("kafka_version") or _version_from_logs(folder / "logs")
     if version:
         facts.append(("Kafka version", version))
-    nodes = (state or {}).get("nodes") or sorted(p.stem for p in (folder / "logs").glob("node*.log"))
+    nodes = state.get("nodes") or sorted(p.stem for p in (folder / "logs").glob("node*.log"))
     if nodes:
         facts.append(("nodes", ", ".join(map(str, nodes))))
     for key in ("cluster_id", "bootstrap"):
-        if (state or {}).get(key):
+        if state.get(key):
             facts.append((key.replace("_", " "), str(state[key])))
     if isinstance(plan, dict):
         topics = plan.get("topics") or {}

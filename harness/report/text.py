@@ -5,6 +5,7 @@ What each anomaly type means is the checkers' registry (checkers/anomaly.py), no
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 
 from markupsafe import Markup, escape
 
@@ -23,7 +24,7 @@ def _tp(item: dict) -> str:
     return f"{item.get('topic')}/{item.get('partition')}"
 
 
-def _record(r: dict, mark: set) -> Markup:
+def _record(r: dict, mark: Container) -> Markup:
     text = escape(str(r.get("value")))
     if r.get("value") in mark:
         text = Markup("<mark>") + text + Markup("</mark>")
@@ -32,7 +33,7 @@ def _record(r: dict, mark: set) -> Markup:
     return escape(f"{_tp(r)} ") + text + escape(at + src)
 
 
-def summary(value: dict | None, mark: set = frozenset()) -> Markup:
+def summary(value: dict | None, mark: Container = frozenset()) -> Markup:
     """What an op's value says, in one line; values in `mark` are highlighted."""
     if not value:
         return Markup("")

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from onceproof.checkers.history import HistoryWriter
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
@@ -313,6 +313,14 @@ class TopicConsumer(Client):
     def _tp(self, tp: TopicPartition) -> dict:
         return {"topic": self.ctx.plan_topic(tp.topic), "partition": tp.partition}
 
+    def _record(self, m: Message) -> dict:
+        topic, value = m.topic(), m.value()
+        # Only error events lack a topic or value, and those are never records.
+        assert topic is not None and value is not None
+        return {"topic": self.ctx.plan_topic(topic), "partition": m.partition(),
+                "offset": m.offset(), "key": (m.key() or b"").decode() or None,
+                "value": int(value)}
+
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
         h = self.w.invoke(self.cid, "poll", {"isolation": self.isolation, "group": self.group},
                           txn=txn, final=self.final)
@@ -321,9 +329,7 @@ class TopicConsumer(Client):
         except KafkaException as exc:
             self.w.fail(h, describe(error_of(exc) or exc))
             return []
-        records = [{"topic": self.ctx.plan_topic(m.topic()), "partition": m.partition(),
-                    "offset": m.offset(), "key": (m.key() or b"").decode() or None,
-                    "value": int(m.value())} for m in msgs if m.error() is None]
+        records = [self._record(m) for m in msgs if m.error() is None]
         self.w.ok(h, {"isolation": self.isolation, "records": records})
         return records
 
