@@ -109,9 +109,8 @@ def _windows(tmp_path, ops):
             else:
                 w.ok(op, resolved)
             ids.append(op)
-    h = load(tmp_path / "history.jsonl")
-    values = h.values(list(h.fault_ops["invoke_row"]) + list(h.fault_ops["done_row"].dropna()))
-    return ids, report_faults.windows(h.fault_ops, values, h.duration)
+    h = load(tmp_path)
+    return ids, report_faults.windows(h.fault_ops, h.duration)
 
 
 def test_windows_follow_the_registry(tmp_path):
