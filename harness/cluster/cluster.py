@@ -272,9 +272,7 @@ class Cluster:
 
     def kill(self, node: int) -> None:
         procs.kill(self._pid(node))
-        self.paused.discard(node)
-        self.down_nodes.add(node)
-        self.save_state()
+        self._went_down(node)
 
     def pause(self, node: int) -> None:
         pid = self._pid(node)
@@ -295,6 +293,10 @@ class Cluster:
 
     def stop(self, node: int) -> None:
         procs.stop(self._pid(node))
+        self._went_down(node)
+
+    def _went_down(self, node: int) -> None:
+        # A process that is gone is no longer paused, whatever signal it last had.
         self.paused.discard(node)
         self.down_nodes.add(node)
         self.save_state()
