@@ -37,14 +37,14 @@ class Trial:
 
 
 def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: str | None = None,
-              on_step: Callable | None = None) -> Trial:
+              on_progress: Callable[[float, float, str], None] | None = None) -> Trial:
     """Run plan on cluster, recording into folder, and check the history; Spark (at
     spark_master, default local) starts only if the history is big enough to need it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save(plan, folder / "plan.json")
     started = time.monotonic()
-    result = run(plan, cluster, folder, on_step=on_step)
+    result = run(plan, cluster, folder, on_progress)
     # Converted once, here: the check, the evidence below and the report all read it.
     tables = convert(result["history"], folder / "history.parquet")
     verdict = check(tables, spark_master=spark_master)

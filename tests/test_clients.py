@@ -63,10 +63,11 @@ def test_bounded_gives_up_on_a_call_that_outlives_its_timeout(monkeypatch):
         clients.bounded(lambda timeout: {}["missing"], timeout=1.0)
 
 
-def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
+def test_a_client_stuck_past_the_round_timeout_is_replaced_and_the_run_ends(
         cluster, tmp_path, monkeypatch):
     from onceproof.run import execute as runner
-    monkeypatch.setattr(runner, "ROUND_TIMEOUT", 3.0)
+    from onceproof.run import rounds
+    monkeypatch.setattr(rounds, "ROUND_TIMEOUT", 3.0)
     plan = {"topics": {"t": {"partitions": 1}},
             "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"}},
             "steps": [{"ops": {"p0": {"f": "send"}, "c0": {"f": "poll", "n": 50, "timeout": 30}}},
@@ -75,8 +76,9 @@ def test_a_client_stuck_past_the_round_timeout_is_left_behind_and_the_run_ends(
     events = read_events(tmp_path / "history.jsonl")
     hung = [e for e in events if e["f"] == "client_hung" and e["type"] != "invoke"]
     assert hung and hung[0]["type"] == "info" and hung[0]["value"]["process"] == "c0"
-    polls = [e for e in events if e["process"] == "c0" and e["f"] == "poll" and e["type"] == "invoke"]
-    assert len(polls) == 1  # the second round ran without c0
+    assert hung[0]["value"]["by"] == "c0.1"
+    polls = [e["process"] for e in events if e["f"] == "poll" and e["type"] == "invoke"]
+    assert polls == ["c0", "c0.1"]  # the second round ran c0's application as a new process
     sends = [e for e in events if e["process"] == "p0" and e["f"] == "send" and e["type"] == "ok"]
     assert len(sends) == 2
     assert any(e["f"] == "watermarks" and e["type"] == "ok" for e in events)  # the run ended

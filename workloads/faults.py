@@ -377,8 +377,9 @@ def apply(scene: Scene, step: Step) -> Step:
     return FAULTS[step["f"]].act(scene, step)
 
 
-def drawn(name: str, nodes: int = 3) -> st.SearchStrategy:
-    """A kind or preset, drawn with its undo: a list of (rounds to wait, step)."""
+def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy = HOLD) -> st.SearchStrategy:
+    """A kind or preset, drawn with its undo: a list of (wait, step), the wait drawn
+    from `hold` (rounds, or seconds in a concurrent plan)."""
     kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
     make = PRESETS[name].first if name in PRESETS else kind.first if kind else None
     if kind is None or make is None:
@@ -386,7 +387,7 @@ def drawn(name: str, nodes: int = 3) -> st.SearchStrategy:
     first, undo = make(nodes), kind.undo
     if undo is None:
         return first.map(lambda step: [(0, step)])
-    return st.tuples(first, HOLD).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])
+    return st.tuples(first, hold).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])
 
 
 def selection(spec: str) -> tuple[str, ...]:

@@ -1,12 +1,17 @@
 """Plans: what to run, as plain JSON, so a plan can be saved, read, edited and replayed
 without Hypothesis (format: docs/plans.md).
 
-A plan names its topics, its clients (each with a role and config), and a list of steps.
-A step is either a round of client operations, `{"ops": {client: op}}`, in which every
-named client runs its op concurrently with the others, or a fault, `{"fault": {...}}`
-(a kind of workloads/faults.py), applied between rounds. Faults are steps rather than
-timers so that a plan means the same thing on every run, which is what lets Hypothesis
-shrink it.
+A plan names its topics and its clients (each with a role and config), then what happens,
+in one of two shapes:
+- rounds (`steps`): a step is either a round of client operations, `{"ops": {client:
+  op}}`, in which every named client runs its op concurrently with the others, or a fault,
+  `{"fault": {...}}` (a kind of workloads/faults.py), applied between rounds. Faults are
+  steps rather than timers so that a plan means the same thing on every run, which makes
+  small properties cheap to shrink;
+- concurrent (`duration`): every client runs its own op stream (drawn from its `seed` and
+  the plan's `mix` by workloads/ops.py) as fast as it can, or at the plan's `rate`, for
+  `duration` seconds, while a nemesis follows the `schedule`: faults and client crashes
+  at given seconds, landing while ops are in flight. This is the shape that finds races.
 """
 from __future__ import annotations
 
@@ -14,15 +19,7 @@ import json
 from pathlib import Path
 
 from . import faults
-
-ROLES = {
-    # role -> the ops it can run
-    "producer": {"send"},
-    "txn_producer": {"begin", "send", "commit", "abort"},
-    "consumer": {"poll", "seek", "commit_offsets", "fetch_offsets"},
-    "pipeline": {"process"},
-}
-SEEK_TO = {"beginning", "committed", "offset"}
+from .ops import MIX, ROLES, SEEK_TO
 
 DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 2147483647,
                     "message.timeout.ms": 15000, "request.timeout.ms": 5000,
@@ -52,14 +49,25 @@ def save(plan: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(plan, indent=1))
 
 
+def _number(v, low: float = 0.0) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > low
+
+
+def concurrent(plan: dict) -> bool:
+    """Whether a (valid) plan has the concurrent shape."""
+    return "duration" in plan
+
+
 def validate(plan) -> None:
     def bad(where: str, what: str):
         raise PlanError(f"plan {where}: {what} (see docs/plans.md)")
     if not isinstance(plan, dict):
         bad("", "must be a JSON object")
-    for key in ("topics", "clients", "steps"):
+    for key in ("topics", "clients"):
         if key not in plan:
             bad(key, "is missing")
+    if ("steps" in plan) == ("duration" in plan):
+        bad("", "needs either \"steps\" (rounds) or \"duration\" (concurrent), not both or neither")
     topics = plan["topics"]
     if not isinstance(topics, dict) or not topics:
         bad("topics", "must map topic names to {\"partitions\": N}")
@@ -69,13 +77,31 @@ def validate(plan) -> None:
             bad(f"topics.{name}", "needs \"partitions\": a positive integer")
     clients = plan["clients"]
     if not isinstance(clients, dict) or not clients:
-        bad("clients", "must map client ids to {\"role\": ...}")
+        bad("clients", "must map client ids to {\"role\": ...}; a plan needs at least one client")
     for cid, client in clients.items():
         if not isinstance(client, dict) or client.get("role") not in ROLES:
             bad(f"clients.{cid}", f"role must be one of {', '.join(sorted(ROLES))}")
         for key in ("topic", "input", "output"):
             if key in client and client[key] not in topics:
                 bad(f"clients.{cid}.{key}", f"names no topic in plan.topics: {client[key]!r}")
+        if client["role"] == "pipeline" and not {"input", "output"} <= set(client):
+            bad(f"clients.{cid}", "a pipeline needs \"input\" and \"output\" topics")
+        if "partitions" in client:
+            read = client.get("input") or client.get("topic") or next(iter(topics))
+            n = topics[read]["partitions"]
+            if (not isinstance(client["partitions"], list) or not client["partitions"]
+                    or not all(isinstance(q, int) and 0 <= q < n for q in client["partitions"])):
+                bad(f"clients.{cid}.partitions", f"must be a list of partitions of {read} (0..{n - 1})")
+        if "seed" in client and not isinstance(client["seed"], int):
+            bad(f"clients.{cid}.seed", "must be an integer")
+    if concurrent(plan):
+        _validate_concurrent(plan, bad)
+    else:
+        _validate_steps(plan, bad)
+
+
+def _validate_steps(plan: dict, bad) -> None:
+    clients = plan["clients"]
     if not isinstance(plan["steps"], list):
         bad("steps", "must be a list")
     for i, step in enumerate(plan["steps"]):
@@ -90,13 +116,57 @@ def validate(plan) -> None:
                     bad(f"steps[{i}].ops.{cid}",
                         f"a {role} runs one of {', '.join(sorted(ROLES[role]))}")
                 if op["f"] == "seek" and op.get("to") not in SEEK_TO:
-                    bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(sorted(SEEK_TO))}")
+                    bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(SEEK_TO)}")
         else:
             problem = faults.problem(step["fault"])
             if problem:
                 bad(f"steps[{i}].fault", problem)
 
 
+def _validate_concurrent(plan: dict, bad) -> None:
+    duration = plan["duration"]
+    if not _number(duration):
+        bad("duration", f"must be a positive number of seconds, not {duration!r}")
+    if plan.get("rate") is not None and not _number(plan["rate"]):
+        bad("rate", f"must be a positive number of ops per second (or null: as fast as the "
+                    f"clients go), not {plan['rate']!r}")
+    mix = plan.get("mix", {})
+    if not isinstance(mix, dict):
+        bad("mix", "must be an object of op-mix settings (docs/plans.md)")
+    unknown = sorted(set(mix) - set(MIX))
+    if unknown:
+        bad(f"mix.{unknown[0]}", f"is no mix setting; use {', '.join(MIX)}")
+    schedule = plan.get("schedule", [])
+    if not isinstance(schedule, list):
+        bad("schedule", "must be a list of {\"at\": seconds, \"fault\": {...}} or "
+                        "{\"at\": seconds, \"crash\": client}")
+    for i, entry in enumerate(schedule):
+        where = f"schedule[{i}]"
+        if (not isinstance(entry, dict) or set(entry) not in ({"at", "fault"}, {"at", "crash"})):
+            bad(where, "must be {\"at\": seconds, \"fault\": {...}} or {\"at\": seconds, "
+                       "\"crash\": client}")
+        if not (_number(entry["at"]) or entry["at"] == 0) or entry["at"] > duration:
+            bad(f"{where}.at", f"must be a number of seconds from 0 to the duration ({duration}), "
+                               f"not {entry['at']!r}")
+        if "crash" in entry and entry["crash"] not in plan["clients"]:
+            bad(f"{where}.crash", f"names no client in plan.clients: {entry['crash']!r}")
+        if "fault" in entry:
+            problem = faults.problem(entry["fault"])
+            if problem:
+                bad(f"{where}.fault", problem)
+
+
+def fault_steps(plan: dict) -> list[dict]:
+    """Every fault step of a plan, of either shape, in order."""
+    if concurrent(plan):
+        return [e["fault"] for e in plan.get("schedule", []) if "fault" in e]
+    return [s["fault"] for s in plan["steps"] if "fault" in s]
+
+
 def size(plan: dict) -> int:
-    """How big a counterexample is, for keeping the smallest: ops plus faults."""
+    """How big a counterexample is, for keeping the smallest. Rounds: ops plus faults.
+    Concurrent: scheduled faults and crashes, plus clients, plus whole seconds of
+    duration (each a unit a shrink can remove)."""
+    if concurrent(plan):
+        return len(plan.get("schedule", [])) + len(plan["clients"]) + int(plan["duration"])
     return sum(len(s["ops"]) if "ops" in s else 1 for s in plan["steps"])

@@ -1,5 +1,6 @@
 """Hypothesis strategies for plans. They compose: `fault()` is a value a user can reuse,
-and `plans()` puts a workload's clients, rounds and faults together.
+`plans()` puts a workload's clients, rounds and faults together, and `concurrent_plans()`
+scales a workload's clients out and draws their seeds and the nemesis's schedule.
 
 Generated plans keep their structure meaningful under shrinking: a transaction is drawn
 as begin / sends / commit-or-abort in consecutive rounds, and a fault that needs undoing
@@ -12,6 +13,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .faults import SETS, drawn
+from .ops import Drawn, closing_op, next_op
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
@@ -24,7 +26,7 @@ WORKLOADS: dict[str, dict[str, dict]] = {
     "transactions": {
         "topics": {"t": {"partitions": 2}},
         "clients": {"t0": {"role": "txn_producer"}, "t1": {"role": "txn_producer"},
-                    "c0": {"role": "consumer"}},
+                    "c0": {"role": "consumer"}, "w0": {"role": "rw_txn"}},
     },
     "pipeline": {
         "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
@@ -44,36 +46,6 @@ def fault(kinds=SETS["mixed"], nodes: int = 3) -> st.SearchStrategy:
     """One fault (a kind or preset of workloads/faults.py) with its undo, as a list of
     (rounds to wait, fault step)."""
     return st.sampled_from(kinds).flatmap(lambda kind: drawn(kind, nodes))
-
-
-def client_op(role: str, state: dict, draw, options: dict) -> dict | None:
-    """The next op of a client, given what it has open (a transaction)."""
-    if role == "producer":
-        return {"f": "send", "n": draw(st.integers(1, 3))}
-    if role == "txn_producer":
-        if not state.get("open"):
-            state["open"] = True
-            return {"f": "begin"}
-        choice = draw(st.sampled_from(options.get("txn_ops", ["send", "send", "commit", "abort"])))
-        if choice == "send":
-            return {"f": "send", "n": draw(st.integers(1, 3))}
-        state["open"] = False
-        return {"f": choice}
-    if role == "consumer":
-        choice = draw(st.sampled_from(options.get("consumer_ops", ["poll", "poll", "poll", "seek",
-                                                                  "commit_offsets", "fetch_offsets"])))
-        if choice == "seek":
-            return {"f": "seek", "to": draw(st.sampled_from(["beginning", "committed", "offset"])),
-                    "back": draw(st.integers(1, 3))}
-        return {"f": choice}
-    if role == "pipeline":
-        op = {"f": "process", "n": draw(st.integers(1, 5))}
-        if draw(st.integers(0, 99)) < options.get("abort_percent", 20):
-            op["abort"] = True
-        elif draw(st.integers(0, 99)) < options.get("crash_percent", 0):
-            op["crash"] = True
-        return op
-    return None
 
 
 @st.composite
@@ -108,7 +80,7 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
             st.lists(st.sampled_from(list(clients)), min_size=1, unique=True))
         ops = {}
         for cid in sorted(active):
-            op = client_op(clients[cid]["role"], state[cid], draw, options)
+            op = next_op(clients[cid]["role"], state[cid], Drawn(draw), options)
             if op:
                 ops[cid] = op
         plan["steps"].append({"ops": ops})
@@ -117,7 +89,88 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
         plan["steps"] += [{"fault": f} for f in due]
     plan["steps"] += [{"fault": f} for _, f in pending]
     # Close what is open so the final state is not decided by the settle timeout alone.
-    closing = {cid: {"f": "commit"} for cid, s in state.items() if s.get("open")}
+    closing = {cid: op for cid, s in state.items()
+               if (op := closing_op(clients[cid]["role"], s)) is not None}
     if closing:
         plan["steps"].append({"ops": closing})
     return plan
+
+
+@st.composite
+def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
+                     duration: tuple[int, int] = (60, 60), clients_per_node: int = 3,
+                     nodes: int = 3, partitions: int = 6, interval: float = 10.0,
+                     rate: float | None = None, crash_every: float | None = 30.0,
+                     min_clients: int | None = None, config: dict | None = None,
+                     options: dict | None = None) -> dict:
+    """A concurrent plan for one of WORKLOADS: its clients dealt out to
+    clients_per_node * nodes clients (copies of a template client share its config and
+    overrides; copies of a pipeline split its input partitions and share its group), a
+    seed each, and a schedule of about one fault per `interval` seconds, each undone
+    after a drawn hold, plus about one client crash per `crash_every` seconds.
+
+    Shrinking removes faults and crashes, shortens the duration toward its minimum and
+    deals fewer clients (down to min_clients, default one of each template)."""
+    base = WORKLOADS[workload]
+    config, options = config or {}, options or {}
+    topics = config.get("topics") or {t: {"partitions": partitions} for t in base["topics"]}
+    templates = {cid: {**spec, **config.get("clients", {}).get(cid, {})}
+                 for cid, spec in base["clients"].items()}
+    total = clients_per_node * nodes
+    n = draw(st.integers(min(min_clients or len(templates), total), total))
+    clients = deal(templates, n, topics)
+    seconds = draw(st.integers(*duration))
+    plan: dict = {"topics": topics, "clients": clients, "duration": seconds,
+                  "mix": {k: v for k, v in options.items() if k != "all_clients"}}
+    for key in ("producer", "consumer"):
+        if key in config:
+            plan[key] = config[key]
+    if rate is not None:
+        plan["rate"] = rate
+    for cid in clients:
+        clients[cid]["seed"] = draw(st.integers(0, 2**31 - 1))
+    schedule = []
+    if faults:
+        slots = max(1, int(seconds // interval))
+        hold = st.integers(1, max(1, int(interval * 0.8)))
+        for k in range(draw(st.integers(0, slots))):
+            at = int(k * interval) + draw(st.integers(0, max(0, int(interval) // 2)))
+            for wait, step in draw(st.sampled_from(faults).flatmap(
+                    lambda kind: drawn(kind, nodes, hold))):
+                if at + wait <= seconds:
+                    schedule.append({"at": at + wait, "fault": step})
+    if crash_every:
+        for _ in range(draw(st.integers(0, int(seconds // crash_every)))):
+            schedule.append({"at": draw(st.integers(1, max(1, seconds - 1))),
+                             "crash": draw(st.sampled_from(sorted(clients)))})
+    plan["schedule"] = sorted(schedule, key=lambda e: e["at"])
+    return plan
+
+
+def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
+    """n clients dealt round-robin from the templates: template cid's copy k is cid
+    itself for k = 0, else cid_k. Copies of a pipeline are one application scaled out:
+    one consumer group (the template's), each copy reading its own share of the input
+    partitions."""
+    order = list(templates)
+    dealt = {}
+    copies = {cid: [] for cid in order}
+    for i in range(n):
+        cid = order[i % len(order)]
+        name = cid if i < len(order) else f"{cid}_{i // len(order)}"
+        copies[cid].append(name)
+        dealt[name] = dict(templates[cid])
+    for cid, names in copies.items():
+        spec = templates[cid]
+        if spec["role"] != "pipeline" or len(names) < 2:
+            continue
+        parts = topics[spec["input"]]["partitions"]
+        if parts < len(names):
+            from .plan import PlanError
+            raise PlanError(f"{len(names)} copies of pipeline {cid} need at least {len(names)} "
+                            f"partitions of {spec['input']}, which has {parts}; raise the "
+                            f"partitions or lower the clients per node")
+        for k, name in enumerate(names):
+            dealt[name].update(group=spec.get("group", cid),
+                               partitions=[q for q in range(parts) if q % len(names) == k])
+    return dealt

@@ -50,8 +50,13 @@ class RunContext:
 class Client:
     role = ""
 
-    def __init__(self, cid: str, spec: dict, plan: dict, ctx: RunContext):
+    def __init__(self, cid: str, spec: dict, plan: dict, ctx: RunContext,
+                 process: str | None = None):
+        # cid is the application (its transactional id and group derive from it);
+        # process names this incarnation of it in the history: a replaced client is a
+        # new process of the same application, as a restarted one would be.
         self.cid, self.spec, self.plan, self.ctx = cid, spec, plan, ctx
+        self.process = process or cid
         self.w = ctx.writer
         self.topic = spec.get("topic") or next(iter(plan["topics"]))
 
@@ -60,6 +65,10 @@ class Client:
 
     def close(self) -> None:
         pass
+
+    def crash(self) -> None:
+        """Stop as a killed process would: nothing flushed, committed or aborted. What
+        it left open (a transaction) is for the next incarnation to fence and abort."""
 
 
 class Hung(Exception):
@@ -162,10 +171,13 @@ class PlainProducer(Client):
         self.producer = Producer(_producer_config(self.ctx, self.plan, self.spec))
 
     def op_send(self, op):
-        _send(self.w, self.producer, self.cid, _records(self.ctx, self.cid, self.topic, op), self.ctx)
+        _send(self.w, self.producer, self.process, _records(self.ctx, self.cid, self.topic, op), self.ctx)
 
     def close(self):
         self.producer.flush(5)
+
+    def crash(self):
+        self.producer = None
 
 
 class TxnProducer(Client):
@@ -207,8 +219,8 @@ class TxnProducer(Client):
         if self.txn is not None or not self._ensure():
             return
         self.count += 1
-        txn = f"{self.cid}/{self.count}"
-        h = self.w.invoke(self.cid, "begin_txn", {"tid": self.tid}, txn=txn)
+        txn = f"{self.process}/{self.count}"
+        h = self.w.invoke(self.process, "begin_txn", {"tid": self.tid}, txn=txn)
         try:
             self.producer.begin_transaction()
         except KafkaException as exc:
@@ -221,7 +233,7 @@ class TxnProducer(Client):
     def op_send(self, op):
         if self.txn is None or self.must_abort:
             return
-        _, errors = _send(self.w, self.producer, self.cid,
+        _, errors = _send(self.w, self.producer, self.process,
                           _records(self.ctx, self.cid, self.topic, op), self.ctx, txn=self.txn)
         for err in errors:
             self._on_error(err)
@@ -242,7 +254,7 @@ class TxnProducer(Client):
             return False
         err = None
         for _ in range(COMMIT_ATTEMPTS):
-            h = self.w.invoke(self.cid, "commit_txn", {}, txn=self.txn)
+            h = self.w.invoke(self.process, "commit_txn", {}, txn=self.txn)
             try:
                 bounded(self.producer.commit_transaction)
                 self.w.ok(h)
@@ -268,7 +280,7 @@ class TxnProducer(Client):
     def op_abort(self, op):
         if self.txn is None:
             return
-        h = self.w.invoke(self.cid, "abort_txn", {}, txn=self.txn)
+        h = self.w.invoke(self.process, "abort_txn", {}, txn=self.txn)
         try:
             bounded(self.producer.abort_transaction)
             self.w.ok(h)
@@ -287,6 +299,9 @@ class TxnProducer(Client):
     def close(self):
         self.producer = None
 
+    def crash(self):
+        self.producer, self.txn = None, None
+
 
 class TopicConsumer(Client):
     """A consumer assigned every partition of its topic, in its own group."""
@@ -304,9 +319,9 @@ class TopicConsumer(Client):
                                   "group.id": self.group, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", **QUIET})
         self.tps = [TopicPartition(self.ctx.topic(self.topic), p)
-                    for p in range(self.ctx.partitions[self.topic])]
-        parts = [{"topic": self.topic, "partition": p} for p in range(len(self.tps))]
-        h = self.w.invoke(self.cid, "assign", {"partitions": parts}, final=final)
+                    for p in self.spec.get("partitions", range(self.ctx.partitions[self.topic]))]
+        parts = [{"topic": self.topic, "partition": tp.partition} for tp in self.tps]
+        h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=final)
         self.consumer.assign(self.tps)
         self.w.ok(h, {"partitions": parts})
 
@@ -322,7 +337,7 @@ class TopicConsumer(Client):
                 "value": int(value)}
 
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
-        h = self.w.invoke(self.cid, "poll", {"isolation": self.isolation, "group": self.group},
+        h = self.w.invoke(self.process, "poll", {"isolation": self.isolation, "group": self.group},
                           txn=txn, final=self.final)
         try:
             msgs = self.consumer.consume(op.get("n", 10), op.get("timeout", 1.0))
@@ -339,7 +354,7 @@ class TopicConsumer(Client):
     def seek_to(self, offsets: list[TopicPartition], txn: str | None = None) -> None:
         """Move positions; recorded as a seek with the absolute offsets it resolved to."""
         positions = [dict(self._tp(tp), offset=tp.offset) for tp in offsets]
-        h = self.w.invoke(self.cid, "seek", {"positions": positions}, txn=txn, final=self.final)
+        h = self.w.invoke(self.process, "seek", {"positions": positions}, txn=txn, final=self.final)
         try:
             # Assigning with explicit offsets sets positions whether or not fetching has
             # started, which seek() does not.
@@ -377,7 +392,7 @@ class TopicConsumer(Client):
         if not positions:
             return
         offsets = [dict(self._tp(tp), offset=tp.offset) for tp in positions]
-        h = self.w.invoke(self.cid, "commit_offsets", {"group": self.group, "offsets": offsets})
+        h = self.w.invoke(self.process, "commit_offsets", {"group": self.group, "offsets": offsets})
         try:
             result = self.consumer.commit(offsets=positions, asynchronous=False)
             errs = [tp.error for tp in result or [] if tp.error is not None]
@@ -392,7 +407,7 @@ class TopicConsumer(Client):
 
     def op_fetch_offsets(self, op):
         parts = [self._tp(tp) for tp in self.tps]
-        h = self.w.invoke(self.cid, "fetch_offsets", {"group": self.group, "partitions": parts})
+        h = self.w.invoke(self.process, "fetch_offsets", {"group": self.group, "partitions": parts})
         try:
             committed = self.consumer.committed(self.tps, timeout=10)
         except KafkaException as exc:
@@ -402,6 +417,11 @@ class TopicConsumer(Client):
             dict(self._tp(tp), offset=tp.offset if tp.offset >= 0 else None) for tp in committed]})
 
     def close(self):
+        self.consumer.close()
+
+    def crash(self):
+        # Auto-commit is off and partitions are assigned, not subscribed: closing
+        # commits nothing and leaves no group, just as a killed process would.
         self.consumer.close()
 
 
@@ -427,14 +447,18 @@ class Pipeline(TxnProducer):
     def _new_consumer(self):
         spec = dict(self.spec, group=self.spec.get("group", self.cid),
                     config={"isolation.level": "read_committed"})
-        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, topic=self.input)
+        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, self.process,
+                                    topic=self.input)
+
+    def crash(self):
+        self.reader.crash()
+        self.producer, self.txn, self.must_abort = None, None, False
 
     def _crash(self):
-        # Drop both clients without committing or aborting anything, then come back the
-        # way a restarted process would: a new consumer in the same group starts from the
-        # committed offsets; a new producer with the same id fences the old one.
-        self.reader.consumer.close()
-        self.producer, self.txn, self.must_abort = None, None, False
+        # Come back the way a restarted process would: a new consumer in the same group
+        # starts from the committed offsets; a new producer with the same id fences the
+        # old one.
+        self.crash()
         self._new_consumer()
 
     def op_process(self, op):
@@ -447,7 +471,7 @@ class Pipeline(TxnProducer):
         outputs = [{"topic": self.output, "partition": r["partition"] % out_parts, "key": r["key"],
                     "value": self.ctx.value(), "source": r["value"]} for r in inputs]
         if outputs:
-            _, errors = _send(self.w, self.producer, self.cid, outputs, self.ctx, txn=txn)
+            _, errors = _send(self.w, self.producer, self.process, outputs, self.ctx, txn=txn)
             for err in errors:
                 self._on_error(err)
         positions = [tp for tp in self.reader.consumer.position(self.reader.tps) if tp.offset >= 0]
@@ -485,7 +509,7 @@ class Pipeline(TxnProducer):
     def _send_offsets(self, txn: str, positions: list[TopicPartition]) -> None:
         offsets = [dict(self.reader._tp(tp), offset=tp.offset) for tp in positions]
         value = {"group": self.reader.group, "offsets": offsets}
-        h = self.w.invoke(self.cid, "send_offsets", value, txn=txn)
+        h = self.w.invoke(self.process, "send_offsets", value, txn=txn)
         try:
             bounded(self.producer.send_offsets_to_transaction, positions,
                     self.reader.consumer.consumer_group_metadata())
@@ -509,4 +533,59 @@ class Pipeline(TxnProducer):
         self.producer = None
 
 
-CLIENTS = {cls.role: cls for cls in (PlainProducer, TxnProducer, TopicConsumer, Pipeline)}
+class ReadWriteTxn(TxnProducer):
+    """Transactions that poll and send on one topic (Jepsen's micro-op transactions), so
+    transactions read what others wrote: the wr and rw edges of checkers/cycles.py.
+
+    Its reader is in its own group and commits no offsets: a group that sends offsets
+    is a pipeline's (checkers/pipeline.py expects an output for each input it passes).
+    Like any exactly-once application it rewinds after a transaction that did not
+    commit, to where that transaction began reading, so what it read there counts for
+    nothing (the consumption checkers retract such reads)."""
+    role = "rw_txn"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        spec = dict(self.spec, config={"isolation.level": "read_committed"})
+        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, self.process)
+        self.start: list[TopicPartition] | None = None  # positions before this txn's reads
+
+    def op_poll(self, op):
+        if self.txn is None or self.must_abort:
+            return
+        if self.start is None:
+            self.start = self.reader.resolve("offset", back=0)
+            if self.start is None:
+                return  # positions unknown: a read now could not be undone
+        self.reader.op_poll(op, txn=self.txn)
+
+    def op_commit(self, op) -> bool:
+        committed = super().op_commit(op)
+        if committed:
+            self.start = None
+        else:
+            self._rewind()
+        return committed
+
+    def op_abort(self, op):
+        opened = self.txn is not None
+        super().op_abort(op)
+        if opened:
+            self._rewind()
+
+    def _rewind(self) -> None:
+        if self.start is not None:
+            self.reader.seek_to(self.start)
+        self.start = None
+
+    def close(self):
+        self.reader.close()
+        self.producer = None
+
+    def crash(self):
+        self.reader.crash()
+        super().crash()
+
+
+CLIENTS = {cls.role: cls for cls in (PlainProducer, TxnProducer, TopicConsumer, Pipeline,
+                                     ReadWriteTxn)}

@@ -1,9 +1,10 @@
 """Run a plan on a cluster and record the history: plan -> run -> history.
 
 A run has three phases:
-1. rounds and faults, as the plan lists them: in a round every named client runs its op,
-   all clients concurrently; a fault is applied between rounds and recorded as an op of
-   the nemesis;
+1. the workload, by the driver of the plan's shape: run/rounds.py runs steps (rounds of
+   ops, faults between them), run/load.py runs every client on its own op stream for a
+   duration while a nemesis follows the schedule; either way each fault is recorded as
+   an op of the nemesis;
 2. settle: every fault healed, every node running and the cluster ready; then wait until
    each partition's last stable offset reaches its high watermark (a transaction left
    open by a crashed client is aborted by its timeout);
@@ -16,7 +17,6 @@ runs on a reused cluster do not see each other.
 """
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -28,54 +28,45 @@ from confluent_kafka.admin import NewTopic, OffsetSpec
 from onceproof.checkers.history import HistoryWriter
 from onceproof.cluster.cluster import Cluster
 from onceproof.errors import SetupError
-from onceproof.run.clients import CLIENTS, RunContext, TopicConsumer
+from onceproof.run import load, rounds
+from onceproof.run.clients import RunContext, TopicConsumer
+from onceproof.run.fleet import Fleet
 from onceproof.workloads import faults
-from onceproof.workloads.plan import PlanError, validate
+from onceproof.workloads.plan import PlanError, concurrent, fault_steps, validate
 
 SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0
-# A safety net far above what a round takes when every client call keeps to its bounds
-# (clients.bounded): a client whose op has not returned by then is left behind, so no
-# unknown hang of a client library can stop a run.
-ROUND_TIMEOUT = 600.0
+
+Progress = Callable[[float, float, str], None]  # (done, total, what is happening)
 
 
-def run(plan: dict, cluster: Cluster, out_dir: str | Path,
-        on_step: Callable[[int, dict], None] | None = None) -> dict:
-    """Execute plan on cluster, writing out_dir/history.jsonl. Returns a summary."""
+def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress | None = None,
+        writer: HistoryWriter | None = None) -> dict:
+    """Execute plan on cluster, writing out_dir/history.jsonl (or to `writer`, for a
+    benchmark's null recorder). Returns a summary: ops started, processes replaced."""
     validate(plan)
     _fits(plan, cluster)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     suffix = uuid.uuid4().hex[:8]
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
-    with HistoryWriter(out / "history.jsonl") as writer:
+    with writer or HistoryWriter(out / "history.jsonl") as writer:
         ctx = RunContext(writer, cluster.bootstrap, suffix, partitions)
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
         _create_topics(cluster, ctx, plan)
-        clients = {cid: CLIENTS[spec["role"]](cid, spec, plan, ctx)
-                   for cid, spec in plan["clients"].items()}
-        applied = 0
-        stopped: set[str] = set()
         try:
-            for i, step in enumerate(plan["steps"]):
-                if on_step:
-                    on_step(i, step)
-                if "ops" in step:
-                    _round(clients, step["ops"], stopped, writer)
-                else:
-                    apply_fault(cluster, ctx, step["fault"])
-                    applied += 1
-            if on_step:
-                on_step(len(plan["steps"]), {"settle": True})
-            for cid, client in clients.items():
-                if cid not in stopped:
-                    try:
-                        client.close()
-                    except KafkaException:
-                        pass  # closing records nothing, so its failure changes no history
+            fleet = Fleet(plan, ctx)
+        except KafkaException as exc:
+            raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
+        try:
+            driver = load if concurrent(plan) else rounds
+            summary = driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
+                                   on_progress)
+            if on_progress:
+                on_progress(1, 1, "settling, final reads")
+            fleet.close(plan["clients"])
             _settle(cluster, ctx)
             _final_reads(cluster, ctx, plan)
         finally:
@@ -83,55 +74,18 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path,
             # Whatever happened, the next run gets a healthy cluster.
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()
-    return {"history": str(out / "history.jsonl"), "suffix": suffix, "faults": applied}
+    return {"history": str(out / "history.jsonl"), "suffix": suffix,
+            "faults": len(fault_steps(plan)), **summary}
 
 
 def _fits(plan: dict, cluster: Cluster) -> None:
-    for i, step in enumerate(plan["steps"]):
-        missing = faults.node_ids(step["fault"]) - set(cluster.nodes) if "fault" in step else set()
+    for i, step in enumerate(fault_steps(plan)):
+        missing = faults.node_ids(step) - set(cluster.nodes)
         if missing:
-            raise PlanError(f"plan steps[{i}].fault names node {', '.join(map(str, sorted(missing)))}, "
-                            f"but the cluster has nodes {cluster.nodes}; use one of those or a "
-                            f"target ({', '.join(faults.TARGETS)})")
-
-
-def _round(clients: dict, ops: dict, stopped: set[str], writer: HistoryWriter) -> None:
-    """Every named client runs its op, concurrently, each in a daemon thread (a thread
-    blocked forever in a client library must not keep the process from exiting).
-
-    A client still busy after ROUND_TIMEOUT is left behind and runs no further op: its
-    op stays invoked without a completion, which the history reads as unknown (info),
-    and a `client_hung` event of the nemesis says so. A client library error that
-    escapes an op ends that client the same way, as a crash of the application would
-    (`client_error`); any other exception is a bug of the harness and stops the run."""
-    errors: dict[str, BaseException] = {}
-
-    def work(cid, op):
-        try:
-            clients[cid].run(op)
-        except KafkaException as exc:
-            stopped.add(cid)
-            writer.fault("client_error", {"process": cid, "op": op}, type="info",
-                         error=f"client {cid} stopped: {exc}")
-        except BaseException as exc:  # re-raised in the runner's thread below
-            errors[cid] = exc
-
-    threads = {cid: threading.Thread(target=work, args=(cid, op), daemon=True,
-                                     name=f"onceproof-client-{cid}")
-               for cid, op in ops.items() if cid not in stopped}
-    for t in threads.values():
-        t.start()
-    deadline = time.monotonic() + ROUND_TIMEOUT
-    for cid, t in threads.items():
-        t.join(max(0.0, deadline - time.monotonic()))
-        if t.is_alive():
-            stopped.add(cid)
-            writer.fault("client_hung", {"process": cid, "op": ops[cid]}, type="info",
-                         error=f"client {cid} did not finish its op in {ROUND_TIMEOUT:.0f} s; "
-                               f"it runs no further op")
-    for cid in threads:
-        if cid in errors:
-            raise errors[cid]
+            raise PlanError(f"plan fault {i + 1} ({step['f']}) names node "
+                            f"{', '.join(map(str, sorted(missing)))}, but the cluster has nodes "
+                            f"{cluster.nodes}; use one of those or a target "
+                            f"({', '.join(faults.TARGETS)})")
 
 
 def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:

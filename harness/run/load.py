@@ -1,0 +1,152 @@
+"""Concurrent plans: every client on its own op stream, and a nemesis on its own clock.
+
+Each client runs in its own thread (librdkafka releases the GIL while it waits, so
+threads keep many requests in flight), drawing its next op from its seed as soon as
+the last one returns, or at its share of the plan's `rate`. The nemesis thread follows
+the plan's schedule: a fault fires at its second whatever the clients are doing, so it
+lands while their requests are in flight, and a scheduled crash makes that client's
+process die before its next op. A watchdog (the calling thread) replaces a process whose
+op has run past HANG_AFTER, as a supervisor restarts a stuck application.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+
+from onceproof.run.fleet import CRASHED, ERROR, HUNG, Fleet
+from onceproof.workloads.ops import Seeded, closing_op, next_op
+
+# Far above what an op takes when every client call keeps to its bounds (clients.bounded).
+HANG_AFTER = 120.0
+# How often the watchdog looks and reports progress.
+TICK = 0.5
+
+
+@dataclass
+class Worker:
+    """One client's thread and what it is doing now."""
+    cid: str
+    thread: threading.Thread | None = None
+    op: dict | None = None
+    since: float = 0.0  # monotonic start of the current op
+    ops: int = 0  # ops started
+    crash: threading.Event = field(default_factory=threading.Event)
+    retired: bool = False  # a hung thread left behind: when it returns, it stops
+
+
+def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
+          on_progress: Callable[[float, float, str], None] | None = None) -> dict:
+    """Run the clients and the schedule for the plan's duration. fire(step) applies a
+    fault step as an op of the nemesis. Returns counts: ops started, replacements."""
+    duration = float(plan["duration"])
+    mix = plan.get("mix", {})
+    rate = plan.get("rate")
+    interval = len(plan["clients"]) / rate if rate else 0.0  # between one client's ops
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    workers = {cid: Worker(cid) for cid in plan["clients"]}
+    start = time.monotonic()
+
+    def work(w: Worker, thread_stop: threading.Event) -> None:
+        spec = plan["clients"][w.cid]
+        choose = Seeded(spec.get("seed", 0))
+        state: dict = {}
+        next_at = time.monotonic()
+        try:
+            while not stop.is_set() and not w.retired:
+                if w.crash.is_set():
+                    w.crash.clear()
+                    fleet.replace(w.cid, CRASHED, "crashed by the plan's schedule")
+                    state = {}  # the new process has nothing open
+                op = next_op(spec["role"], state, choose, mix)
+                if op is None:
+                    break
+                if interval:
+                    next_at += interval
+                    if stop.wait(max(0.0, next_at - time.monotonic())):
+                        break
+                client = fleet.current[w.cid]
+                w.op, w.since = op, time.monotonic()
+                w.ops += 1
+                try:
+                    client.run(op)
+                except KafkaException as exc:
+                    fleet.replace(w.cid, ERROR, f"client {client.process} stopped: {exc}", op,
+                                  gone=client)
+                    state = {}
+                w.op = None
+            # The run is over: end what is open, as an application shutting down would,
+            # so that settling need not wait for the transaction timeout.
+            op = closing_op(spec["role"], state)
+            if op is not None and not w.retired:
+                try:
+                    fleet.current[w.cid].run(op)
+                except KafkaException:
+                    pass  # its commit is recorded; a dying client has nothing more to say
+        except BaseException as exc:  # a bug of the harness: stop the run, re-raised below
+            if not w.retired and not stop.is_set():
+                errors.append(exc)
+                stop.set()
+
+    def start_worker(w: Worker) -> None:
+        w.thread = threading.Thread(target=work, args=(w, stop), daemon=True,
+                                    name=f"onceproof-client-{w.cid}")
+        w.thread.start()
+
+    def nemesis() -> None:
+        try:
+            for entry in sorted(plan.get("schedule", []), key=lambda e: e["at"]):
+                if stop.wait(max(0.0, start + entry["at"] - time.monotonic())):
+                    return
+                if "crash" in entry:
+                    workers[entry["crash"]].crash.set()
+                else:
+                    fire(entry["fault"])
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    for w in workers.values():
+        start_worker(w)
+    keeper = threading.Thread(target=nemesis, daemon=True, name="onceproof-nemesis")
+    keeper.start()
+    try:
+        while not stop.wait(TICK):
+            now = time.monotonic()
+            if now - start >= duration:
+                break
+            for w in list(workers.values()):
+                if w.op is not None and now - w.since > HANG_AFTER:
+                    _retire(w, fleet, workers, start_worker)
+            if on_progress:
+                on_progress(now - start, duration,
+                            f"{sum(w.ops for w in workers.values())} ops, "
+                            f"{fleet.replaced} clients replaced")
+    finally:
+        stop.set()
+    keeper.join(HANG_AFTER)
+    for w in list(workers.values()):
+        if w.thread is not None:
+            running = time.monotonic() - w.since if w.op is not None else 0.0
+            w.thread.join(max(1.0, HANG_AFTER - running))
+            if w.thread.is_alive():
+                _retire(w, fleet, workers, None)
+    if errors:
+        raise errors[0]
+    return {"ops": sum(w.ops for w in workers.values()), "replaced": fleet.replaced,
+            "seconds": time.monotonic() - start}
+
+
+def _retire(w: Worker, fleet: Fleet, workers: dict[str, Worker], start_worker) -> None:
+    """Leave a hung thread behind and, while the run goes on, give its client a new one."""
+    w.retired = True
+    fleet.replace(w.cid, HUNG, f"{fleet.current[w.cid].process}'s op had not returned "
+                  f"{HANG_AFTER:.0f} s after it began", w.op)
+    if start_worker is not None:
+        fresh = Worker(w.cid, ops=w.ops)
+        workers[w.cid] = fresh
+        start_worker(fresh)
