@@ -154,7 +154,7 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
     partitions."""
     order = list(templates)
     dealt = {}
-    copies = {cid: [] for cid in order}
+    copies: dict[str, list[str]] = {cid: [] for cid in order}
     for i in range(n):
         cid = order[i % len(order)]
         name = cid if i < len(order) else f"{cid}_{i // len(order)}"
