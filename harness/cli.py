@@ -261,7 +261,17 @@ def install(kafka_version: str | None) -> None:
 @click.option("--faults", default="mixed", show_default=True,
               help="mixed, net, node, none, or a comma-separated list of fault kinds.")
 @click.option("--runs", default=1, show_default=True, help="How many generated plans to run.")
-@click.option("--rounds", default=24, show_default=True, help="Rounds of client ops per plan.")
+@click.option("--mode", type=click.Choice(["concurrent", "rounds"]), default="concurrent",
+              show_default=True, help="concurrent: every client runs nonstop for --duration while "
+              "faults fire on their own clock; rounds: lock-step rounds, faults between them.")
+@click.option("--duration", default=120, show_default=True, help="Seconds of workload per plan (concurrent).")
+@click.option("--rate", type=float, default=None,
+              help="Most client ops per second, all clients together (concurrent; default: no limit).")
+@click.option("--clients-per-node", default=3, show_default=True, help="Clients per cluster node (concurrent).")
+@click.option("--partitions", default=6, show_default=True, help="Partitions per topic (concurrent).")
+@click.option("--interval", default=10.0, show_default=True,
+              help="Seconds between faults the nemesis starts (concurrent).")
+@click.option("--rounds", default=24, show_default=True, help="Rounds of client ops per plan (rounds).")
 @click.option("--time-budget", type=float, default=None,
               help="Stop starting new runs after this many seconds.")
 @click.option("--seed", type=int, default=None, help="Seed for plan generation (printed if not given).")
@@ -269,12 +279,13 @@ def install(kafka_version: str | None) -> None:
 @nodes_option
 @kafka_version_option
 @spark_option
-def run_command(workload, faults, runs, rounds, time_budget, seed, out, nodes, kafka_version,
-                spark_master) -> None:
+def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
+                interval, rounds, time_budget, seed, out, nodes, kafka_version, spark_master) -> None:
     """Generate a workload, run it on a local cluster under faults, check it, report."""
     from onceproof.run_job import JobOptions, run_job
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
-                              kafka_version, spark_master, out))
+                              kafka_version, spark_master, out, mode, duration, rate,
+                              clients_per_node, partitions, interval))
     sys.exit(code)
 
 

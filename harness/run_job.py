@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from onceproof.cluster.cluster import Cluster, effect_text
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.strategies import WORKLOADS, plans
+from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
 
 
 @dataclass
@@ -36,6 +36,41 @@ class JobOptions:
     kafka_version: str | None = None
     spark_master: str | None = None
     out: str = "onceproof-runs"
+    mode: str = "concurrent"  # or "rounds"
+    duration: int = 120
+    rate: float | None = None
+    clients_per_node: int = 3
+    partitions: int = 6
+    interval: float = 10.0
+
+    def strategy(self):
+        """The plans this job draws; every option is checked here, before anything starts."""
+        from onceproof.errors import SetupError
+        if self.workload not in WORKLOADS:
+            raise SetupError(f"unknown workload {self.workload!r}: use one of {', '.join(WORKLOADS)}")
+        kinds = fault_kinds(self.faults)
+        if self.mode == "rounds":
+            if self.rounds < 1:
+                raise SetupError(f"--rounds must be at least 1, not {self.rounds}")
+            return plans(self.workload, faults=kinds, min_rounds=self.rounds,
+                         max_rounds=self.rounds, fault_percent=35, nodes=self.nodes)
+        for name, value, low in (("--duration", self.duration, 1), ("--clients-per-node",
+                                 self.clients_per_node, 1), ("--partitions", self.partitions, 1)):
+            if value < low:
+                raise SetupError(f"{name} must be at least {low}, not {value}")
+        for name, number in (("--rate", self.rate), ("--interval", self.interval)):
+            if number is not None and number <= 0:
+                raise SetupError(f"{name} must be a positive number, not {number}")
+        pipelines = sum(1 for c in WORKLOADS[self.workload]["clients"].values()
+                        if c["role"] == "pipeline")
+        copies = -(-self.clients_per_node * self.nodes // len(WORKLOADS[self.workload]["clients"]))
+        if pipelines and copies > self.partitions:
+            raise SetupError(f"{copies} copies of each pipeline need at least {copies} partitions "
+                             f"to share; raise --partitions to {copies} or lower --clients-per-node")
+        return concurrent_plans(self.workload, faults=kinds, duration=(self.duration, self.duration),
+                                clients_per_node=self.clients_per_node, nodes=self.nodes,
+                                partitions=self.partitions, interval=self.interval, rate=self.rate,
+                                min_clients=self.clients_per_node * self.nodes)
 
 
 def fault_kinds(spec: str) -> tuple[str, ...]:
@@ -56,21 +91,20 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     # Every input is checked before anything slow starts (the cluster; Spark, if a history
     # is big enough to need it).
     kafka_version(opts.kafka_version)
-    if opts.workload not in WORKLOADS:
-        raise SetupError(f"unknown workload {opts.workload!r}: use one of {', '.join(WORKLOADS)}")
+    strategy = opts.strategy()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
-    strategy = plans(opts.workload, faults=fault_kinds(opts.faults), min_rounds=opts.rounds,
-                     max_rounds=opts.rounds, fault_percent=35, nodes=opts.nodes)
+    todo = draw_plans(strategy, opts.runs, seed)
     root = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
-    console.print(f"onceproof: {opts.workload} workload, faults {opts.faults}, seed {seed}, "
-                  f"results in {root}")
-    todo = draw_plans(strategy, opts.runs, seed)
+    shape = (f"{opts.duration} s, {len(todo[0]['clients'])} clients" if opts.mode == "concurrent"
+             else f"{opts.rounds} rounds")
+    console.print(f"onceproof: {opts.workload} workload ({opts.mode}: {shape}), faults "
+                  f"{opts.faults}, seed {seed}, results in {root}")
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
     with Cluster(root / "cluster", opts.nodes, opts.kafka_version) as cluster, Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
             console=console, transient=False) as progress:
         console.print(f"cluster ready: Kafka {cluster.dist.version}, {cluster.n} nodes")
@@ -78,18 +112,17 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             if opts.time_budget and time.monotonic() - started > opts.time_budget:
                 break
             label = f"run {i + 1}/{len(todo)}"
-            task = progress.add_task(label, total=len(plan["steps"]) + 1, status="")
+            task = progress.add_task(label, total=1.0, status="")
 
-            def on_step(n, step, task=task):
+            def on_progress(done, total, what, task=task):
                 current = ", ".join(map(effect_text, cluster.faults)) or "nothing"
-                what = "settling, final reads" if "settle" in step else (
-                    f"fault: {step['fault']['f']}" if "fault" in step else f"{len(step['ops'])} ops")
-                progress.update(task, completed=n, status=f"{what} | in force: {current} | "
-                                f"anomalies so far: {sum(anomalies.values())}")
+                progress.update(task, completed=done / total if total else 1.0,
+                                status=f"{what} | in force: {current} | "
+                                       f"anomalies so far: {sum(anomalies.values())}")
 
             folder = root / f"run-{i + 1}"
-            trial = run_trial(plan, cluster, folder, opts.spark_master, on_step=on_step)
-            progress.update(task, completed=len(plan["steps"]) + 1,
+            trial = run_trial(plan, cluster, folder, opts.spark_master, on_progress=on_progress)
+            progress.update(task, completed=1.0,
                             status="valid" if trial.verdict.valid else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
             anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})

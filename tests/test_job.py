@@ -29,7 +29,7 @@ def _one_line_error(out: subprocess.CompletedProcess, words: str) -> None:
 
 
 def test_run_leaves_a_checked_run_folder_and_exits_0(tmp_path):
-    out = _onceproof("run", "--rounds", "4", "--faults", "none", "--seed", "7",
+    out = _onceproof("run", "--mode", "rounds", "--rounds", "4", "--faults", "none", "--seed", "7",
                      "--out", str(tmp_path))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "VALID" in out.stdout
@@ -45,8 +45,8 @@ def test_run_under_faults_applies_them_and_decides(tmp_path):
     # Seed 16 draws a partition and a kill of the leader among 6 rounds, each undone (the
     # faults are what broke the progress line once: every faulted run ended in an internal
     # error). A change to the strategies changes what a seed draws: pick another then.
-    out = _onceproof("run", "--rounds", "6", "--faults", "partition,kill", "--seed", "16",
-                     "--out", str(tmp_path))
+    out = _onceproof("run", "--mode", "rounds", "--rounds", "6", "--faults", "partition,kill",
+                     "--seed", "16", "--out", str(tmp_path))
     assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr[-2000:]
     assert ("VALID" if out.returncode == 0 else "ANOMALIES FOUND") in out.stdout
     history = read_events(next(tmp_path.glob("*/run-1/history.jsonl")))
@@ -54,10 +54,30 @@ def test_run_under_faults_applies_them_and_decides(tmp_path):
     assert {"kill", "partition"} <= applied, applied
 
 
+def test_run_by_default_runs_nine_clients_nonstop_under_faults_and_decides(tmp_path):
+    out = _onceproof("run", "--duration", "20", "--interval", "5", "--faults", "pause,partition",
+                     "--seed", "5", "--out", str(tmp_path))
+    assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr[-2000:]
+    assert "concurrent: 20 s, 9 clients" in out.stdout
+    run = next(tmp_path.glob("*/run-1"))
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["duration"] == 20 and len(plan["clients"]) == 9
+    history = read_events(run / "history.jsonl")
+    applied = [e for e in history if e["process"] == "nemesis" and e["type"] == "ok"
+               and e["f"] in ("pause", "partition")]
+    assert applied, "the seed drew no fault: pick another"
+    processes = {e["process"] for e in history if e["process"] not in ("nemesis", "final")}
+    assert len(processes) >= 9
+    assert (run / "report.html").exists()
+
+
 @pytest.mark.parametrize("args,words", [
     (("run", "--workload", "nope"), "unknown workload"),
     (("run", "--faults", "kill,meteor"), "unknown fault meteor"),
     (("run", "--kafka-version", "9.9"), "unknown Kafka version"),
+    (("run", "--rate", "0"), "--rate must be a positive number"),
+    (("run", "--clients-per-node", "0"), "--clients-per-node must be at least 1"),
+    (("run", "--clients-per-node", "5", "--partitions", "2"), "raise --partitions"),
     (("replay", "/nonexistent/plan.json"), "cannot read plan"),
 ])
 def test_bad_input_is_one_clear_line(args, words):
@@ -65,7 +85,7 @@ def test_bad_input_is_one_clear_line(args, words):
 
 
 def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
-    proc = subprocess.Popen(["onceproof", "run", "--rounds", "60", "--faults", "none",
+    proc = subprocess.Popen(["onceproof", "run", "--duration", "300", "--faults", "none",
                              "--seed", "3", "--out", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
