@@ -267,7 +267,8 @@ def install(kafka_version: str | None) -> None:
 @click.option("--duration", default=120, show_default=True, help="Seconds of workload per plan (concurrent).")
 @click.option("--rate", type=float, default=None,
               help="Most client ops per second, all clients together (concurrent; default: no limit).")
-@click.option("--clients-per-node", default=3, show_default=True, help="Clients per cluster node (concurrent).")
+@click.option("--clients-per-node", default=3, show_default=True,
+              help="Clients per cluster node (concurrent).")
 @click.option("--partitions", default=6, show_default=True, help="Partitions per topic (concurrent).")
 @click.option("--interval", default=10.0, show_default=True,
               help="Seconds between faults the nemesis starts (concurrent).")
