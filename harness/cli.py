@@ -205,12 +205,15 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Also write rows as JSON.")
 @click.option("--time-limit", type=float, default=None,
               help="Seconds after which no further plan starts; suites not reached show as not run.")
+@click.option("--mode", type=click.Choice(["rounds", "concurrent", "both"]), default="rounds",
+              show_default=True, help="Plan shape to hunt with; both: each suite in each shape, "
+              "side by side at the same budget.")
 @nodes_option
 @kafka_version_option
 @spark_option
 @artifacts_option
-def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, kafka_version,
-           spark_master, artifacts) -> None:
+def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, nodes,
+           kafka_version, spark_master, artifacts) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table."""
     import json
     import time
@@ -226,15 +229,17 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, nodes, k
     chosen = [SUITES[n] for n in (only or SUITES)]
     deadline = time.monotonic() + time_limit if time_limit else None
     rows = []
+    modes = ["rounds", "concurrent"] if mode == "both" else [mode]
     with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
         for suite in chosen:
-            click.echo(f"hunting {suite.name} ...", err=True)
-            rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget, replays,
-                             seed, deadline))
-    table = Table("suite", "expected anomaly", "caught", "examples", "time to first failure",
+            for shape in modes:
+                click.echo(f"hunting {suite.name} ({shape}) ...", err=True)
+                rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
+                                 replays, seed, deadline, shape))
+    table = Table("suite", "mode", "expected anomaly", "caught", "examples", "time to first failure",
                   "shrunk plan size", "reproduced", title="Known-bad and known-good suites")
     for r in rows:
-        table.add_row(r.suite, r.expect, r.outcome, str(r.examples),
+        table.add_row(r.suite, r.mode, r.expect, r.outcome, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
                       str(r.shrunk_size or "-"), r.reproduced)
     Console(width=max(120, Console().width)).print(table)

@@ -92,6 +92,7 @@ class Search:
 @dataclass
 class HuntResult:
     suite: str
+    mode: str
     expect: str
     known_good: bool  # the suite must pass: `caught` means it did
     caught: bool
@@ -123,16 +124,18 @@ def shows(suite: Suite, trial: Trial) -> bool:
 
 def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: str | None = None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
-         seed: int | None = None, deadline: float | None = None) -> HuntResult:
-    """Search, shrink and replay one suite. No plan starts after `deadline` (a monotonic
-    time); a suite the deadline stopped is `cut`, and one stopped before its first plan
-    reports 0 examples and no verdict."""
-    search = Search(suite.name, cluster, artifacts, spark_master, budget, deadline)
+         seed: int | None = None, deadline: float | None = None,
+         mode: str = "rounds") -> HuntResult:
+    """Search, shrink and replay one suite with plans of `mode`'s shape. No plan starts
+    after `deadline` (a monotonic time); a suite the deadline stopped is `cut`, and one
+    stopped before its first plan reports 0 examples and no verdict."""
+    name = suite.name if mode == "rounds" else f"{suite.name}-{mode}"
+    search = Search(name, cluster, artifacts, spark_master, budget, deadline)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
               print_blob=False)
-    @given(suite.strategy(cluster.n))
+    @given(suite.strategy(cluster.n, mode))
     def attempt(plan):
         trial = search.run(plan)
         if trial is not None and shows(suite, trial):
@@ -158,7 +161,7 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: st
     # A suite that ran no plan has shown nothing either way.
     caught = search.examples > 0 and ((not found) if suite.known_good else found)
     return HuntResult(
-        suite=suite.name, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
+        suite=suite.name, mode=mode, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
         known_good=suite.known_good, caught=caught, examples=search.examples,
         seconds_to_first=search.seconds_to_first,
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,

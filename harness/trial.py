@@ -20,6 +20,7 @@ from onceproof.checkers.history import NEMESIS
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.run.execute import run
+from onceproof.workloads.faults import FAULTS, is_undo
 from onceproof.workloads.plan import save, size
 
 
@@ -55,12 +56,14 @@ def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: st
 def exercised(tables: Path) -> Counter[str]:
     """What the clients of a plan did, so a claim that held can be told from one nothing
     tested: completed (ok) client ops per kind (`send`, `commit_txn`, `seek`, ...),
-    `acknowledged_writes` (records in ok sends) and `records_read` (records ok polls
-    returned), from the ops table of the converted history. The harness's own final
-    reads are left out: every run has them."""
+    `acknowledged_writes` (records in ok sends), `records_read` (records ok polls
+    returned) and `faults` (faults applied, undos left out), from the ops table of the
+    converted history. The harness's own final reads are left out: every run has them."""
     ops = read_table(tables, "ops", ["process", "f", "type", "final", "n_records"]).to_pandas()
     done = ops[(ops["type"] == "ok") & (ops["process"] != NEMESIS) & ~ops["final"].fillna(False)]
     seen: Counter[str] = Counter({f: int(n) for f, n in done["f"].value_counts().items()})
+    fired = ops[(ops["type"] == "ok") & (ops["process"] == NEMESIS)]
+    seen["faults"] = int(sum(1 for f in fired["f"] if f in FAULTS and not is_undo(f)))
     seen["acknowledged_writes"] = int(done.loc[done["f"] == "send", "n_records"].sum())
     reads = read_table(tables, "reads", ["final"]).column("final").to_pandas()
     seen["records_read"] = int((~reads.fillna(False).astype(bool)).sum())

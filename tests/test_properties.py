@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 
 from onceproof.workloads.faults import SETS
-from onceproof.workloads.strategies import plans
+from onceproof.workloads.strategies import concurrent_plans, plans
 
 pytestmark = pytest.mark.cluster
 
@@ -67,4 +67,19 @@ def test_pipeline_outputs_each_input_exactly_once(trials, plan):
                 options={"consumer_ops": ["poll", "poll", "seek", "commit_offsets", "fetch_offsets"]}),
           exercising=("seek", "records_read"))
 def test_rewinds_read_exactly_what_the_log_holds(trials, plan):
+    _valid(trials, plan)
+
+
+# The concurrent shape: nine clients nonstop, faults landing mid-request, clients crashing.
+@holds_on(concurrent_plans("transactions", faults=SETS["mixed"], duration=(10, 20), interval=5.0,
+                           crash_every=8.0),
+          exercising=("commit_txn", "records_read", "faults"))
+def test_concurrent_transactions_stay_atomic_under_mid_request_faults(trials, plan):
+    _valid(trials, plan)
+
+
+@holds_on(concurrent_plans("pipeline", faults=SETS["mixed"], duration=(10, 20), interval=5.0,
+                           crash_every=8.0, options={"abort_percent": 25, "crash_percent": 10}),
+          exercising=("commit_txn", "send_offsets", "faults"))
+def test_concurrent_pipelines_output_each_input_exactly_once(trials, plan):
     _valid(trials, plan)

@@ -17,15 +17,20 @@ pytestmark = pytest.mark.cluster
 
 EXAMPLES = int(os.environ.get("ONCEPROOF_SUITE_EXAMPLES", 10))
 BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 60))
+# CI hunts in the rounds shape only; the nightly adds the concurrent one (tox.ini).
+MODES = os.environ.get("ONCEPROOF_SUITE_MODES", "rounds").split(",")
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(SUITES))
-def test_suite_is_caught_or_passes(name, cluster, pytestconfig, artifacts_dir, suite_rows, deadline):
+def test_suite_is_caught_or_passes(name, mode, cluster, pytestconfig, artifacts_dir, suite_rows,
+                                   deadline):
     suite = SUITES[name]
     # A caught suite stops at its first failure; the cap only costs when nothing is found.
     examples = 2 if suite.known_good else EXAMPLES
     result = hunt(suite, cluster, artifacts_dir / "suites", pytestconfig.getoption("--spark-master"),
-                  max_examples=examples, budget=BUDGET, replays=1, seed=0, deadline=deadline)
+                  max_examples=examples, budget=BUDGET, replays=1, seed=0, deadline=deadline,
+                  mode=mode)
     if result.cut and not result.caught:
         pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} plans")
     suite_rows.append(result)

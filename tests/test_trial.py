@@ -33,5 +33,16 @@ def test_the_final_reads_alone_exercise_nothing(tmp_path):
         w.ok(op, {"positions": [{**REC, "offset": 0}]})
         op = w.invoke("final", "poll", {"isolation": "read_committed"}, final=True)
         w.ok(op, {"isolation": "read_committed", "records": [{**REC, "offset": 0, "value": 1}]})
-        w.fault("kill", {"node": 1})
+        w.fault("heal", {"all": True})  # the settle phase's heal is no fault of the plan
     assert not exercised(convert(path, tmp_path / "tables"))
+
+
+def test_faults_count_those_that_fired_not_their_undos(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as w:
+        w.fault("kill", {"node": 1})
+        w.fault("start", {"node": 1})
+        w.fault("partition", {"sides": [["leader"], []]}, type="fail", error="no leader known")
+        w.fault("client_crashed", {"process": "x0", "by": "x0.1"}, type="info", error="planned")
+        w.fault("pause", {"node": 2})
+    assert exercised(convert(path, tmp_path / "tables"))["faults"] == 2

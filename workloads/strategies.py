@@ -101,7 +101,8 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
                      duration: tuple[int, int] = (60, 60), clients_per_node: int = 3,
                      nodes: int = 3, partitions: int = 6, interval: float = 10.0,
                      rate: float | None = None, crash_every: float | None = 30.0,
-                     min_clients: int | None = None, config: dict | None = None,
+                     min_clients: int | None = None, min_faults: int = 1,
+                     config: dict | None = None,
                      options: dict | None = None) -> dict:
     """A concurrent plan for one of WORKLOADS: its clients dealt out to
     clients_per_node * nodes clients (copies of a template client share its config and
@@ -133,8 +134,10 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
     if faults:
         slots = max(1, int(seconds // interval))
         hold = st.integers(1, max(1, int(interval * 0.8)))
-        for k in range(draw(st.integers(0, slots))):
-            at = int(k * interval) + draw(st.integers(0, max(0, int(interval) // 2)))
+        # At least one fault: a plan of this shape is a test under faults. Each lands in
+        # the second half of its slot, so the clients are under way when the first fires.
+        for k in range(draw(st.integers(min(min_faults, slots), slots))):
+            at = int((k + 0.5) * interval) + draw(st.integers(0, max(0, int(interval) // 2)))
             for wait, step in draw(st.sampled_from(faults).flatmap(
                     lambda kind: drawn(kind, nodes, hold))):
                 if at + wait <= seconds:

@@ -10,7 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .faults import SETS
-from .strategies import plans
+from .strategies import concurrent_plans, plans
+
+MODES = ("rounds", "concurrent")
+# A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
+# crash about every 15 s. Shrinking shortens it toward 10 s and drops faults and clients.
+CONCURRENT_SECONDS = (10, 30)
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,12 @@ class Suite:
     fault_percent: int = 40
     max_rounds: int = 8
 
-    def strategy(self, nodes: int = 3):
+    def strategy(self, nodes: int = 3, mode: str = "rounds"):
+        """Plans of either shape, with the same workload, configs, op mix and faults."""
+        if mode == "concurrent":
+            return concurrent_plans(self.workload, faults=self.faults, duration=CONCURRENT_SECONDS,
+                                    nodes=nodes, interval=6.0, crash_every=15.0,
+                                    config=self.config, options=self.options)
         return plans(self.workload, faults=self.faults, fault_percent=self.fault_percent,
                      max_rounds=self.max_rounds, nodes=nodes, config=self.config,
                      options=self.options)
