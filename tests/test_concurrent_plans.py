@@ -109,3 +109,15 @@ def test_drawn_concurrent_plans_are_valid_and_within_their_bounds(data):
     assert all(0 <= e["at"] <= plan["duration"] for e in plan["schedule"])
     assert [e["at"] for e in plan["schedule"]] == sorted(e["at"] for e in plan["schedule"])
     assert all(isinstance(c["seed"], int) for c in plan["clients"].values())
+
+
+def test_every_plan_example_in_the_docs_is_a_valid_plan():
+    import json
+    import re
+    from pathlib import Path
+    text = (Path(__file__).parent.parent / "docs" / "plans.md").read_text()
+    examples = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+    assert len(examples) == 2
+    for plan in examples:
+        validate(plan)
+    assert [concurrent(p) for p in examples] == [False, True]
