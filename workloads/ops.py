@@ -33,7 +33,9 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
        "crash_percent": "percent of pipeline steps that crash mid-step (default 0)",
        "txn_ops": "ops to pick from inside a transaction: send, poll (rw_txn), commit, abort",
        "consumer_ops": "ops a consumer picks from: poll, seek, commit_offsets, fetch_offsets",
-       "max_records": "most records per send (default 3)"}
+       "max_records": "most records per send (default 3)",
+       "poll_timeout": "seconds a poll waits for records (default 1, 0.2 in a read-write "
+                       "transaction)"}
 TXN_OPS = ("send", "send", "commit", "abort")
 RW_TXN_OPS = ("send", "poll", "send", "poll", "commit", "commit", "abort")
 CONSUMER_OPS = ("poll", "poll", "poll", "seek", "commit_offsets", "fetch_offsets")
@@ -96,16 +98,20 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
             return {"f": "send", "n": choose.integer(1, records)}
         if choice == "poll":
             state["open"] += 1
-            return {"f": "poll", "n": choose.integer(1, 10), "timeout": 0.2}
+            return {"f": "poll", "n": choose.integer(1, 10), "timeout": mix.get("poll_timeout", 0.2)}
         del state["open"]
         return {"f": choice}
     if role == "consumer":
         choice = choose.pick(mix.get("consumer_ops", CONSUMER_OPS))
         if choice == "seek":
             return {"f": "seek", "to": choose.pick(SEEK_TO), "back": choose.integer(1, 3)}
+        if choice == "poll" and "poll_timeout" in mix:
+            return {"f": "poll", "timeout": mix["poll_timeout"]}
         return {"f": choice}
     if role == "pipeline":
         op: dict = {"f": "process", "n": choose.integer(1, 5)}
+        if "poll_timeout" in mix:
+            op["timeout"] = mix["poll_timeout"]
         if choose.integer(0, 99) < mix.get("abort_percent", 20):
             op["abort"] = True
         elif choose.integer(0, 99) < mix.get("crash_percent", 0):
