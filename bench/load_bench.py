@@ -1,0 +1,326 @@
+"""What the concurrent workload mode does on a real 3-node cluster under faults.
+
+For one concurrent plan (one with a `duration`): throughput, latency per role, how many
+faults land on requests in flight, the harness's own CPU and memory, what recording the
+history costs, and how long the check takes. Prints figures and writes them to
+OUT/load_bench.json; asserts nothing.
+
+    python bench/load_bench.py [--duration 60] [--workload pipeline] [--faults mixed]
+                               [--rate OPS] [--no-null-recorder] [--no-check] [--spark]
+
+One plan is drawn from --seed and run with its history recorded, then (unless
+--no-null-recorder) run again on the same cluster with a recorder that writes nothing:
+the ratio of their client throughputs is what recording costs. Under faults the two
+runs also differ by what each fault happened to hit (a partition can stall every client
+for seconds), so for the recording cost alone use --faults none. The system under test
+is nondeterministic: compare several invocations, not one.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from onceproof.checkers import check
+from onceproof.checkers.history import NEMESIS
+from onceproof.checkers.store import convert, read_manifest, read_table
+from onceproof.cluster.cluster import Cluster
+from onceproof.run.execute import run
+from onceproof.run.fleet import CRASHED, ERROR, HUNG
+from onceproof.trial import exercised
+from onceproof.workloads import faults
+from onceproof.workloads.generate import draw_plans
+from onceproof.workloads.plan import PlanError, save
+from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
+
+FINAL = "final"  # the process of the harness's final reads (run/execute.py)
+MIB = 2**20
+WARMUP = 10  # seconds
+
+
+def is_client(process: str, final: bool = False) -> bool:
+    """An op of a plan client, not of the nemesis or of the final reads."""
+    return process not in (NEMESIS, FINAL) and not final
+
+
+class Usage:
+    """The harness process's CPU time and resident memory while a run goes, RSS sampled
+    every second: a load generator whose memory grows with the run cannot run long."""
+
+    def __init__(self) -> None:
+        self.proc = psutil.Process()
+        self.rss: list[int] = []
+        self._stop = threading.Event()
+
+    def _cpu(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system
+
+    def _sample(self) -> None:
+        while True:
+            self.rss.append(self.proc.memory_info().rss)
+            if self._stop.wait(1.0):
+                return
+
+    def __enter__(self) -> Usage:
+        self.started, self.cpu = time.monotonic(), self._cpu()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.seconds = time.monotonic() - self.started
+        self.cpu = self._cpu() - self.cpu
+
+    def figures(self) -> dict:
+        return {"wall_seconds": round(self.seconds, 1),
+                "cpu_percent": round(100 * self.cpu / self.seconds, 1),
+                "rss_min_mib": round(min(self.rss) / MIB, 1),
+                "rss_max_mib": round(max(self.rss) / MIB, 1), "rss_samples": len(self.rss)}
+
+
+class NullRecorder:
+    """HistoryWriter's interface, recording nothing: it hands out op ids and counts the
+    client ops completed and the span from the first client invoke to the last client
+    completion, the same measure as the recorded run's, so only the writing differs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next_op = 0
+        self._open: dict[int, bool] = {}  # op -> is a client op
+        self.completed = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def __enter__(self) -> NullRecorder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def pending(self) -> list[int]:
+        with self._lock:
+            return sorted(self._open)
+
+    def invoke(self, process: str, f: str, value: dict | None, txn: str | None = None,
+               final: bool = False) -> int:
+        client = is_client(process, final)
+        with self._lock:
+            op = self._next_op
+            self._next_op += 1
+            self._open[op] = client
+            if client and self.first is None:
+                self.first = time.monotonic_ns()
+        return op
+
+    def complete(self, op: int, type: str, value: dict | None = None,
+                 error: str | None = None) -> None:
+        with self._lock:
+            if self._open.pop(op):
+                self.completed += 1
+                self.last = time.monotonic_ns()
+
+    def ok(self, op: int, value: dict | None = None) -> None:
+        self.complete(op, "ok", value)
+
+    def fail(self, op: int, error: str, value: dict | None = None) -> None:
+        self.complete(op, "fail", value, error)
+
+    def info(self, op: int, error: str, value: dict | None = None) -> None:
+        self.complete(op, "info", value, error)
+
+    def fault(self, f: str, value: dict | None = None, type: str = "ok",
+              error: str | None = None) -> int:
+        op = self.invoke(NEMESIS, f, value)
+        self.complete(op, type, value, error)
+        return op
+
+    def figures(self) -> dict:
+        seconds = (self.last - self.first) / 1e9 if self.first and self.last else 0.0
+        return {"workload_seconds": round(seconds, 1), "client_ops_completed": self.completed,
+                "client_ops_per_s": round(self.completed / seconds, 1) if seconds else None}
+
+
+def history_figures(plan: dict, folder: Path) -> tuple[dict, pd.DataFrame]:
+    """Throughput, fault timing and latency per role and op kind, from a recorded run."""
+    started = time.perf_counter()
+    tables = convert(folder / "history.jsonl", folder / "history.parquet")
+    converted = time.perf_counter() - started
+    ops = read_table(tables, "ops", ["process", "f", "type", "final", "invoke_time",
+                                     "complete_time"]).to_pandas()
+    final = ops["final"].fillna(False).astype(bool)
+    clients = ops[[is_client(p, f) for p, f in zip(ops["process"], final)]]
+    begin, end = clients["invoke_time"].min(), clients["complete_time"].max()
+    seconds = (end - begin) / 1e9
+    done = clients[clients["complete_time"].notna()].copy()
+    seen = exercised(tables)
+    nemesis = ops[ops["process"] == NEMESIS]
+    # The settle's heal-all comes after the last client op; only the schedule's faults count.
+    fired = nemesis[nemesis["f"].isin(faults.FAULTS) & (nemesis["invoke_time"] <= end)]
+    # An op that never completed (a hung process's) is in flight to the end.
+    lo = clients["invoke_time"].to_numpy(dtype=float)
+    hi = clients["complete_time"].to_numpy(dtype=float, na_value=np.inf)
+    landed = sum(bool(((lo <= t) & (t <= hi)).any()) for t in fired["invoke_time"])
+    replaced = nemesis["f"].value_counts()
+    history = folder / "history.jsonl"
+    figures = {
+        "workload_seconds": round(seconds, 1),
+        "client_ops_completed": len(done),
+        "client_ops_ok": int((done["type"] == "ok").sum()),
+        "client_ops_per_s": round(len(done) / seconds, 1),
+        "records_written": seen["acknowledged_writes"],
+        "records_written_per_s": round(seen["acknowledged_writes"] / seconds, 1),
+        "records_read": seen["records_read"],
+        "client_processes": int(clients["process"].nunique()),
+        "processes_replaced": {k: int(replaced.get(k, 0)) for k in (CRASHED, ERROR, HUNG)},
+        "faults": len(fired),
+        "faults_with_ops_in_flight": landed,
+        "history_mib": round(history.stat().st_size / MIB, 1),
+        "history_events": read_manifest(tables)["stats"]["events"],
+        "convert_seconds": round(converted, 1),
+    }
+    done["role"] = [plan["clients"][re.sub(r"\.\d+$", "", p)]["role"] for p in done["process"]]
+    done["ms"] = (done["complete_time"] - done["invoke_time"]) / 1e6
+    by = done.groupby(["role", "f"])["ms"]
+    latency = by.quantile([0.5, 0.9, 0.99]).unstack().set_axis(["p50", "p90", "p99"], axis=1)
+    latency["max"], latency["n"] = by.max(), by.size()
+    return figures, latency.reset_index()
+
+
+def timed_check(tables: Path, spark: bool) -> dict:
+    started = time.perf_counter()
+    verdict = check(tables, spark_master=None, local=False if spark else None)
+    return {"check_seconds": round(time.perf_counter() - started, 1), "valid": verdict.valid,
+            "anomalies": verdict.counts, "engine": verdict.stats.get("engine"),
+            "pyspark_imported": "pyspark" in sys.modules}
+
+
+def report(console: Console, out: dict, latency: pd.DataFrame) -> None:
+    table = Table("figure", "value", title="Concurrent load", show_header=False)
+    rec, null = out["recorded"], out.get("null_recorder")
+    rows = [
+        ("plan", f"{out['workload']}, {out['clients']} clients, {out['duration']} s, "
+                 f"rate {out['rate'] or 'unthrottled'}, faults {out['faults']}, seed {out['seed']}"),
+        ("workload seconds", rec["workload_seconds"]),
+        ("client ops completed (ok)", f"{rec['client_ops_completed']} ({rec['client_ops_ok']})"),
+        ("client ops/s", rec["client_ops_per_s"]),
+        ("records written, /s", f"{rec['records_written']}, {rec['records_written_per_s']}"),
+        ("records read", rec["records_read"]),
+        ("client processes", rec["client_processes"]),
+        ("processes replaced", ", ".join(f"{k} {n}" for k, n in rec["processes_replaced"].items())),
+        ("faults with client ops in flight", f"{rec['faults_with_ops_in_flight']} of {rec['faults']}"),
+        ("history", f"{rec['history_mib']} MiB, {rec['history_events']} events, "
+                    f"converted in {rec['convert_seconds']} s"),
+        ("harness CPU", f"{rec['cpu_percent']}% of one core over {rec['wall_seconds']} s"),
+        ("harness RSS min / max", f"{rec['rss_min_mib']} / {rec['rss_max_mib']} MiB "
+                                  f"({rec['rss_samples']} samples)"),
+    ]
+    if null:
+        rows += [("null recorder: ops/s, CPU", f"{null['client_ops_per_s']}, {null['cpu_percent']}%"),
+                 ("ops/s recording / null", out["recording_ratio"])]
+    if "check" in out:
+        c = out["check"]
+        rows += [("check", f"{c['check_seconds']} s on {c['engine']}, "
+                           f"{'VALID' if c['valid'] else 'INVALID'}, pyspark imported: "
+                           f"{'yes' if c['pyspark_imported'] else 'no'}"),
+                 ("anomalies", ", ".join(f"{t} {n}" for t, n in c["anomalies"].items()) or "none")]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+    lat = Table("role", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", title="Latency")
+    for r in latency.itertuples():
+        lat.add_row(r.role, r.f, str(r.n), *(f"{x:.1f}" for x in (r.p50, r.p90, r.p99, r.max)))
+    console.print(lat)
+
+
+def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
+    try:
+        return faults.selection(spec)
+    except faults.UnknownFault as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command(help=__doc__.splitlines()[0])
+@click.option("--duration", type=click.IntRange(1), default=60, show_default=True, help="seconds")
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="pipeline", show_default=True)
+@click.option("--faults", "kinds", default="mixed", show_default=True, callback=fault_kinds,
+              help="mixed, net, node, none or a list of kinds and presets")
+@click.option("--clients-per-node", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(1), default=6, show_default=True)
+@click.option("--rate", type=click.FloatRange(0, min_open=True), default=None,
+              help="ops per second over all clients [default: unthrottled]")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--null-recorder/--no-null-recorder", default=True, show_default=True,
+              help="run the plan again recording nothing, for the recording overhead")
+@click.option("--check/--no-check", "do_check", default=True, show_default=True)
+@click.option("--spark", is_flag=True, help="check on Spark whatever the history's size")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("load-bench"), show_default=True)
+def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
+         null_recorder, do_check, spark, out) -> None:
+    console = Console()
+    nodes = 3
+    try:
+        plan = draw_plans(concurrent_plans(
+            workload, faults=kinds, duration=(duration, duration),
+            clients_per_node=clients_per_node, partitions=partitions, rate=rate,
+            min_clients=clients_per_node * nodes), 1, seed)[0]
+    except PlanError as exc:
+        raise click.UsageError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    save(plan, out / "plan.json")
+    figures: dict = {"workload": workload, "faults": ",".join(kinds) or "none", "seed": seed, "rate": rate,
+                     "duration": duration, "clients": len(plan["clients"]),
+                     "schedule": len(plan["schedule"])}
+    # The cluster's data is not a figure; it stays out of OUT.
+    with tempfile.TemporaryDirectory(prefix="onceproof-bench-") as root, \
+            Cluster(root, nodes) as cluster:
+        console.print(f"cluster ready: Kafka {cluster.dist.version}; running {len(plan['clients'])} "
+                      f"clients for {duration} s, {len(plan['schedule'])} scheduled events, "
+                      f"after a {WARMUP} s warm-up")
+        # A fresh cluster spends its first seconds creating its internal topics
+        # (__transaction_state, __consumer_offsets) at a fifth of the later throughput;
+        # that is start-up, not load, and would count against whichever run goes first.
+        run({**plan, "duration": WARMUP, "schedule": []}, cluster, out / "warmup",
+            on_progress=None, writer=NullRecorder())
+        with Usage() as usage:
+            run(plan, cluster, out / "recorded", on_progress=None, writer=None)
+        if null_recorder:
+            console.print("running the same plan with the null recorder")
+            recorder = NullRecorder()
+            with Usage() as null_usage:
+                run(plan, cluster, out / "null", on_progress=None, writer=recorder)
+    recorded, latency = history_figures(plan, out / "recorded")
+    figures["recorded"] = {**recorded, **usage.figures()}
+    if null_recorder:
+        figures["null_recorder"] = {**recorder.figures(), **null_usage.figures()}
+        null_rate = figures["null_recorder"]["client_ops_per_s"]
+        figures["recording_ratio"] = round(recorded["client_ops_per_s"] / null_rate, 3) \
+            if null_rate else None
+    if do_check:
+        figures["check"] = timed_check(out / "recorded" / "history.parquet", spark)
+    figures["latency_ms"] = latency.round(1).to_dict("records")
+    (out / "load_bench.json").write_text(json.dumps(figures, indent=1, default=int))
+    report(console, figures, latency)
+    console.print(f"figures in {out / 'load_bench.json'}")
+
+
+if __name__ == "__main__":
+    main()
