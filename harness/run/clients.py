@@ -8,6 +8,7 @@ with no open transaction, which shrinking can produce) is skipped and recorded n
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from onceproof.checkers.history import HistoryWriter
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
 
-QUIET = {"log_level": 0, "log.connection.close": False}
+# librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
+# its most severe level, which log_level cannot silence; the history records it anyway.
+_LIBRDKAFKA_LOG = logging.getLogger("onceproof.librdkafka")
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+_LIBRDKAFKA_LOG.propagate = False
+QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
 OP_TIMEOUT = 20.0
 # How long past its own timeout a librdkafka call may block before we stop waiting for it.
 HANG_GRACE = 10.0
