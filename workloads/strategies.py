@@ -107,8 +107,9 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
     """A concurrent plan for one of WORKLOADS: its clients dealt out to
     clients_per_node * nodes clients (copies of a template client share its config and
     overrides; copies of a pipeline split its input partitions and share its group), a
-    seed each, and a schedule of about one fault per `interval` seconds, each undone
-    after a drawn hold, plus about one client crash per `crash_every` seconds.
+    seed each, and a schedule of at least min_faults and about one fault per `interval`
+    seconds, each undone after a hold of up to 1.5 intervals (so faults may overlap),
+    plus about one client crash per `crash_every` seconds.
 
     Shrinking removes faults and crashes, shortens the duration toward its minimum and
     deals fewer clients (down to min_clients, default one of each template)."""
@@ -135,7 +136,9 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
     schedule = []
     if faults:
         slots = max(1, int(seconds // interval))
-        hold = st.integers(1, max(1, int(interval * 0.8)))
+        # Holds reach past the next fault's start, and past the cluster's failure
+        # detection (a 4 s broker session), so some faults outlast it and some do not.
+        hold = st.integers(1, max(2, int(interval * 1.5)))
         # At least one fault: a plan of this shape is a test under faults. Each lands in
         # the second half of its slot, so the clients are under way when the first fires.
         for k in range(draw(st.integers(min(min_faults, slots), slots))):
