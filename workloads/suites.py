@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from .faults import SETS
 from .strategies import concurrent_plans, plans
 
-MODES = ("rounds", "concurrent")
 # A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
 # crash about every 15 s. Shrinking shortens it toward 10 s and drops faults and clients.
 CONCURRENT_SECONDS = (10, 30)
