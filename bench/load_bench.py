@@ -18,6 +18,7 @@ is nondeterministic: compare several invocations, not one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers import check
-from onceproof.checkers.history import NEMESIS
+from onceproof.checkers.history import NEMESIS, HistoryWriter
 from onceproof.checkers.store import convert, read_manifest, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.run.execute import run
@@ -92,65 +93,30 @@ class Usage:
                 "rss_max_mib": round(max(self.rss) / MIB, 1), "rss_samples": len(self.rss)}
 
 
-class NullRecorder:
-    """HistoryWriter's interface, recording nothing: it hands out op ids and counts the
-    client ops completed and the span from the first client invoke to the last client
-    completion, the same measure as the recorded run's, so only the writing differs."""
+class NullRecorder(HistoryWriter):
+    """A HistoryWriter that writes nothing: it hands out op ids as the writer does, and
+    counts the client ops completed and the span from the first client invoke to the
+    last client completion, the same measure as the recorded run's, so only the
+    writing differs."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next_op = 0
-        self._open: dict[int, bool] = {}  # op -> is a client op
         self.completed = 0
         self.first: int | None = None
         self.last: int | None = None
+        super().__init__(os.devnull)
 
-    def __enter__(self) -> NullRecorder:
-        return self
+    def _open(self) -> None:
+        self._file = None
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def pending(self) -> list[int]:
-        with self._lock:
-            return sorted(self._open)
-
-    def invoke(self, process: str, f: str, value: dict | None, txn: str | None = None,
-               final: bool = False) -> int:
-        client = is_client(process, final)
-        with self._lock:
-            op = self._next_op
-            self._next_op += 1
-            self._open[op] = client
-            if client and self.first is None:
-                self.first = time.monotonic_ns()
-        return op
-
-    def complete(self, op: int, type: str, value: dict | None = None,
-                 error: str | None = None) -> None:
-        with self._lock:
-            if self._open.pop(op):
-                self.completed += 1
-                self.last = time.monotonic_ns()
-
-    def ok(self, op: int, value: dict | None = None) -> None:
-        self.complete(op, "ok", value)
-
-    def fail(self, op: int, error: str, value: dict | None = None) -> None:
-        self.complete(op, "fail", value, error)
-
-    def info(self, op: int, error: str, value: dict | None = None) -> None:
-        self.complete(op, "info", value, error)
-
-    def fault(self, f: str, value: dict | None = None, type: str = "ok",
-              error: str | None = None) -> int:
-        op = self.invoke(NEMESIS, f, value)
-        self.complete(op, type, value, error)
-        return op
+    def _emit(self, op: int, type: str, meta: dict, value: dict | None,
+              error: str | None) -> None:
+        if not is_client(meta["process"], meta["final"]):
+            return
+        if type == "invoke":
+            self.first = self.first or time.monotonic_ns()
+        else:
+            self.completed += 1
+            self.last = time.monotonic_ns()
 
     def figures(self) -> dict:
         seconds = (self.last - self.first) / 1e9 if self.first and self.last else 0.0
