@@ -394,11 +394,16 @@ class TopicConsumer(Client):
                         for tp in committed]
             if to == "beginning":
                 return [TopicPartition(tp.topic, tp.partition, self._low(tp)) for tp in self.tps]
-            return [TopicPartition(tp.topic, tp.partition,
-                                   max(self._low(tp), self.positions.get(tp.partition, 0) - back))
-                    for tp in self.tps]
+            return self.at(self.positions, back)
         except KafkaException:
             return None
+
+    def at(self, positions: dict[int, int], back: int = 0) -> list[TopicPartition]:
+        """Offsets for every assigned partition: `back` before the position given, or
+        its low watermark when none is given (or that would be below it)."""
+        return [TopicPartition(tp.topic, tp.partition,
+                               max(self._low(tp), positions.get(tp.partition, 0) - back))
+                for tp in self.tps]
 
     def op_seek(self, op):
         offsets = self.resolve(op["to"], op.get("back", 1))
@@ -564,17 +569,14 @@ class ReadWriteTxn(TxnProducer):
 
     def __init__(self, *a):
         super().__init__(*a)
-        spec = dict(self.spec, config={"isolation.level": "read_committed"})
-        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, self.process)
-        self.start: list[TopicPartition] | None = None  # positions before this txn's reads
+        self._new_reader()
+        self.start: dict[int, int] | None = None  # positions before this txn's reads
 
     def op_poll(self, op):
         if self.txn is None or self.must_abort:
             return
         if self.start is None:
-            self.start = self.reader.resolve("offset", back=0)
-            if self.start is None:
-                return  # positions unknown: a read now could not be undone
+            self.start = dict(self.reader.positions)
         self.reader.op_poll(op, txn=self.txn)
 
     def op_commit(self, op) -> bool:
@@ -592,9 +594,20 @@ class ReadWriteTxn(TxnProducer):
             self._rewind()
 
     def _rewind(self) -> None:
+        """Back to where this transaction began reading; a partition it had not read
+        before starts at its beginning (its reader commits no offsets). If the
+        watermarks cannot be had, a new reader starts there, as a restart would."""
         if self.start is not None:
-            self.reader.seek_to(self.start)
+            try:
+                self.reader.seek_to(self.reader.at(self.start))
+            except KafkaException:
+                self.reader.close()
+                self._new_reader()
         self.start = None
+
+    def _new_reader(self) -> None:
+        spec = dict(self.spec, config={"isolation.level": "read_committed"})
+        self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, self.process)
 
     def close(self):
         self.reader.close()
