@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION, TESTED_KAFKA_VERSIONS
 
@@ -83,6 +84,10 @@ def test_detached_cluster_up_status_down(tmp_path):
         assert [n["alive"] for n in st["nodes"]] == [True, True, True]
         assert len(st["proxies"]) == 3 + 2 * 3 * 2  # client, and repl + ctl per ordered pair
         assert all(p["enabled"] for p in st["proxies"].values())
+        # Ready includes the coordinators: a plan's first poll or transaction does not
+        # wait for the internal topics to be created.
+        internal = AdminClient({"bootstrap.servers": st["bootstrap"]}).list_topics(timeout=10).topics
+        assert {"__consumer_offsets", "__transaction_state"} <= set(internal)
         again = subprocess.run(["onceproof", "cluster", "up", "--dir", str(root)],
                                capture_output=True, text=True)
         assert again.returncode == 2 and "already running" in again.stderr

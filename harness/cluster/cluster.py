@@ -25,7 +25,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceproof.cluster import procs
@@ -210,8 +210,9 @@ class Cluster:
                             "socket.connection.setup.timeout.ms": 5000})
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Ready: every node's JVM runs, every broker is registered, and a fresh topic
-        replicated to all nodes has its full ISR."""
+        """Ready: every node's JVM runs, every broker is registered, a fresh topic
+        replicated to all nodes has its full ISR, and a group and a transaction
+        coordinator answer."""
         deadline = time.monotonic() + timeout
         admin = self.admin()
         last = "no answer yet"
@@ -223,9 +224,12 @@ class Cluster:
             try:
                 meta = admin.list_topics(timeout=5)
                 if len(meta.brokers) == self.n:
-                    if self._probe_isr(admin):
+                    if not self._probe_isr(admin):
+                        last = "probe topic has not reached its full ISR"
+                    elif not self._probe_coordinators():
+                        last = "no group or transaction coordinator answers yet"
+                    else:
                         return
-                    last = "probe topic has not reached its full ISR"
                 else:
                     last = f"{len(meta.brokers)} of {self.n} brokers registered"
             except KafkaException as exc:
@@ -249,6 +253,27 @@ class Cluster:
             return False
         finally:
             admin.delete_topics([topic])
+
+    def _probe_coordinators(self) -> bool:
+        # The first group and the first transactional id create __consumer_offsets and
+        # __transaction_state. Done here, so a plan's first seconds measure the plan and
+        # not the creation of internal topics (a 3 s poll at the start of a run on a
+        # fresh cluster otherwise times out before its group coordinator exists).
+        # A consumer's committed() and not the admin client's list_consumer_group_offsets:
+        # the latter crashes librdkafka (a NULL group handle) when the coordinator is not
+        # ready yet (librdkafka #5040), which is exactly when this runs.
+        probe = f"__onceproof_ready_{uuid.uuid4().hex[:8]}"
+        quiet = {"bootstrap.servers": self.bootstrap, "log_level": 0, "log.connection.close": False}
+        consumer = Consumer({**quiet, "group.id": probe})
+        try:
+            consumer.committed([TopicPartition(probe, 0)], timeout=15)
+            producer = Producer({**quiet, "transactional.id": probe})
+            producer.init_transactions(15)
+        except KafkaException:
+            return False
+        finally:
+            consumer.close()
+        return True
 
     @property
     def nodes(self) -> list[int]:
