@@ -10,7 +10,9 @@ report and docs/checkers.md show), and its witnesses: which of COLUMNS its rows 
 and what each holds. Its order is the order a verdict lists types in.
 
 Severity: a `violation` contradicts what Kafka claims and makes the history invalid; a
-`note` is reported but does not, because Kafka does not claim to prevent it. The cycle
+`note` is reported but does not, because Kafka does not claim to prevent it; `liveness`
+is a stall (a call that overstayed its own timeout), not a wrong result: it leaves the
+history valid and makes it not live. The cycle
 types can be either: their checker decides each cycle from real time
 (checkers/cycles.py).
 
@@ -24,7 +26,7 @@ from types import MappingProxyType
 import pandas as pd
 import pyarrow as pa
 
-VIOLATION, NOTE = "violation", "note"
+VIOLATION, NOTE, LIVENESS = "violation", "note", "liveness"
 # Decided per anomaly by its checker: a note, or a violation when the checker proves it.
 EITHER = "note or violation"
 
@@ -207,6 +209,15 @@ REGISTRY: tuple[Anomaly, ...] = (
        names as its source. Assumes each input yields an output.""",
        _w(**_AT, op="the send_offsets", offset="the input's", value="the input's",
           txn="the send_offsets' transaction", detail="")),
+    # Stalls (liveness)
+    _a("late_return", "liveness", """
+       A client call given a timeout returned more than 5 s after that timeout, or had not
+       returned that long after it when the harness gave up on it or the history ended.
+       The client library bounds such calls by their timeout; an application relies on
+       that bound to stay live.""",
+       _w(process="", op="the call", txn="the call's transaction",
+          detail="the call, its timeout and how long it took"),
+       severity=LIVENESS),
 )
 
 BY_NAME = MappingProxyType({a.name: a for a in REGISTRY})

@@ -11,13 +11,18 @@ each family's `finish(facts)` turns facts into the remaining anomalies.
 
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`; its frames use OUT_SCHEMA, built with
-`anomalies(...)` and `facts(...)` below.
+`anomalies(...)` and `facts(...)` below. A family that judges whole ops, which belong to
+no partition (checkers/liveness.py), has instead `OPS_COLUMNS` and `from_ops(ops) ->
+pandas frame`, run on the driver over those columns of the ops table.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import anomaly
 from .partlog import PartitionLog, log
@@ -84,7 +89,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def _run(families):
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         pl = PartitionLog(pdf)
-        frames = [f for fam in families for f in fam.partition(pl) if len(f)]
+        frames = [f for fam in families if hasattr(fam, "partition")
+                  for f in fam.partition(pl) if len(f)]
         if not frames:
             return conform(pd.DataFrame({"row": []}))
         out = conform(_concat(frames))
@@ -142,9 +148,6 @@ def partition_pass(tables, families):
 def local_pass(directory, families) -> pd.DataFrame:
     """The same pass without Spark, in this process. For small histories, where
     Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
-    from pathlib import Path
-
-    import pyarrow.parquet as pq
     steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper=_ARROW_TYPES)
     return run_all(steps, families)
 
@@ -160,10 +163,12 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
     fact_rows = out[~is_anomaly].reset_index(drop=True)
     for fam in families:
         finish = getattr(fam, "finish", None)
-        if finish is not None:
-            done = finish(fact_rows)
-            if len(done):
-                found.append(conform(done))
+        done = finish(fact_rows) if finish is not None else None
+        if hasattr(fam, "from_ops"):
+            ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
+            done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
+        if done is not None and len(done):
+            found.append(conform(done))
     result = pd.concat([f for f in found if len(f)] or [found[0]], ignore_index=True)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 

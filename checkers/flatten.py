@@ -62,7 +62,7 @@ def _scalar_types(t: pa.DataType):
 def _ops(events: pa.Table, ev: pd.DataFrame) -> pd.DataFrame:
     inv_mask = (ev["type"] == "invoke").to_numpy(dtype=bool)
     inv = ev[inv_mask].copy()
-    for key in ("isolation", "group", "tid"):
+    for key in ("isolation", "group", "tid", "timeout_ms"):
         inv[key] = value_field(events, inv_mask, key)
     done_mask = ~inv_mask
     done = ev[done_mask][["op", "type", "index", "time", "error", "final"]].copy()

@@ -11,14 +11,14 @@ from .verdict import Verdict, describe
 
 
 def table(verdict: Verdict) -> Table:
-    t = Table(title="VALID" if verdict.valid else "INVALID", title_justify="left")
+    t = Table(title=verdict.headline, title_justify="left")
     t.add_column("anomaly")
     t.add_column("count", justify="right")
     t.add_column("severity")
     t.add_column("example")
     for name, n in verdict.counts.items():
         examples = verdict.examples.get(name) or [{}]
-        t.add_row(name, str(n), "note" if name in verdict.notes else "violation",
+        t.add_row(name, str(n), verdict.severity(name),
                   escape(describe(examples[0])))
     if not verdict.counts:
         t.add_row("none", "0", "", "")
@@ -36,11 +36,12 @@ def show(verdict: Verdict, console: Console | None = None) -> None:
 
 def run_check(history: str, spark_master: str | None = None, json_out: str | None = None,
               console: Console | None = None) -> int:
-    """Check `history`, print the verdict, optionally save it; the exit code: 0 valid,
-    1 anomalies. (HistoryError, for what could not be checked, propagates.)"""
+    """Check `history`, print the verdict, optionally save it; the exit code: 0 valid
+    and live, 1 violations or stalls. (HistoryError, for what could not be checked,
+    propagates.)"""
     from .verdict import check
     verdict = check(history, spark_master=spark_master)
     show(verdict, console)
     if json_out:
         Path(json_out).write_text(verdict.to_json())
-    return 0 if verdict.valid else 1
+    return 0 if verdict.fine else 1

@@ -16,7 +16,7 @@ from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 3
+FORMAT = 4
 
 
 def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:

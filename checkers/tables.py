@@ -24,11 +24,12 @@ _OP_TIMES = (("invoke_index", I), ("complete_index", I), ("invoke_time", I),
 
 SCHEMAS: dict[str, pa.Schema] = {
     # One row per operation: its invoke joined with its completion (type `info` and
-    # null complete_* when the history ends before the completion).
+    # null complete_* when the history ends before the completion). timeout_ms: the
+    # timeout the client call was given, when it takes one.
     "ops": _schema(
         ("op", I), ("process", S), ("f", S), ("type", S), ("txn", S), ("final", B),
         *_OP_TIMES, ("error", S), ("isolation", S), ("group", S), ("tid", S),
-        ("n_records", I)),
+        ("n_records", I), ("timeout_ms", I)),
     # One row per record a send tried to write. status: committed (in the log and
     # visible to read_committed readers), aborted (appended, or maybe appended, by a
     # transaction that aborted), failed (the send definitely did not happen), unknown.

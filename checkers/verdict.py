@@ -16,52 +16,87 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import anomaly, consumption, cycles, engine, groups, isolation, log_values, loss, ordering, pipeline
+from . import (
+    anomaly,
+    consumption,
+    cycles,
+    engine,
+    groups,
+    isolation,
+    liveness,
+    log_values,
+    loss,
+    ordering,
+    pipeline,
+)
 from .store import convert, is_converted, read_parquet
 
 # Below this many steps (reads + writes + position changes + ...) a history is checked
 # without Spark unless asked otherwise.
 LOCAL_STEPS = 20_000
-FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline)
+FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, liveness)
 
 
 @dataclass
 class Verdict:
-    """valid: no violation-severity anomaly. counts: anomalies per type (violations and
-    notes). examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS.
-    notes: the types found whose anomalies are notes. stats: about the history."""
+    """Safety and liveness, apart. valid: no violation-severity anomaly. live: no
+    liveness anomaly (a call that overstayed its timeout). counts: anomalies per type.
+    examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS. notes: the
+    types found whose anomalies are notes; stalls: those that are liveness anomalies.
+    stats: about the history."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    stalls: list[str] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return not self.stalls
+
+    @property
+    def fine(self) -> bool:
+        """Nothing to report but notes: valid and live."""
+        return self.valid and self.live
+
+    def severity(self, t: str) -> str:
+        """How a type found in this history counts: violation, note or liveness."""
+        return (anomaly.NOTE if t in self.notes else anomaly.LIVENESS if t in self.stalls
+                else anomaly.VIOLATION)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "live": self.live}
 
     @classmethod
     def from_dict(cls, d: dict) -> Verdict:
         return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
-                   notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})))
+                   notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
+                   stalls=list(d.get("stalls", [])))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @property
     def violations(self) -> dict[str, int]:
-        return {t: n for t, n in self.counts.items() if t not in self.notes}
+        return {t: n for t, n in self.counts.items()
+                if self.severity(t) == anomaly.VIOLATION}
+
+    @property
+    def headline(self) -> str:
+        """The verdict in a few words: safety first, then liveness when it failed."""
+        return ("VALID" if self.valid else "INVALID") + ("" if self.live else ", NOT LIVE")
 
     def summary(self) -> str:
-        lines = ["VALID" if self.valid else "INVALID"]
+        lines = [self.headline]
         s = self.stats
         if s:
             lines.append(f"{s.get('events', 0)} events, {s.get('ops', 0)} ops, "
                          f"{s.get('writes', 0)} writes, {s.get('reads', 0)} reads, "
                          f"{s.get('partitions', 0)} partitions")
         for t in sorted(self.counts, key=_order):
-            kind = "note" if t in self.notes else "violation"
-            lines.append(f"  {t}: {self.counts[t]} ({kind})")
+            lines.append(f"  {t}: {self.counts[t]} ({self.severity(t)})")
             for ex in self.examples.get(t, []):
                 lines.append(f"    - {describe(ex)}")
         if not self.counts:
@@ -126,10 +161,13 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     per_type: dict[str, int] = {}
     ex: dict[str, list[dict]] = {}
     violating: set[str] = set()
+    stalling: set[str] = set()
     for t, g in found.groupby("type", sort=False):
         per_type[t] = len(g)
         if (g["severity"] == anomaly.VIOLATION).any():
             violating.add(t)
+        elif (g["severity"] == anomaly.LIVENESS).any():
+            stalling.add(t)
         # Violations first: they are what makes the history invalid.
         g = g.sort_values("severity", key=lambda s: s != anomaly.VIOLATION, kind="stable")
         ex[t] = [_plain(r) for r in g.head(examples).to_dict("records")]
@@ -140,4 +178,5 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     stats["engine"] = "local" if local else "spark"
     return Verdict(valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
-                   notes=[t for t in order if t not in violating], stats=stats)
+                   notes=[t for t in order if t not in violating | stalling], stats=stats,
+                   stalls=[t for t in order if t in stalling])

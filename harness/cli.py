@@ -215,6 +215,62 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
 def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, nodes,
            kafka_version, spark_master, artifacts) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table."""
+    from onceproof.workloads.suites import SUITES
+    rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
+                   ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
+                   spark_master, artifacts, "Known-bad and known-good suites")
+    # Suites the time limit stopped are shown as such, not counted as misses.
+    sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
+
+
+@main.command()
+@click.option("--only", multiple=True, help="Run only these hunts (repeatable).")
+@click.option("--examples", default=8, show_default=True, help="Plans to try per hunt.")
+@click.option("--budget", default=600.0, show_default=True,
+              help="Seconds per hunt for searching and shrinking.")
+@click.option("--replays", default=3, show_default=True,
+              help="Replays of each counterexample to measure how often it reproduces.")
+@click.option("--seed", type=int, default=None, help="Derandomize Hypothesis with this seed.")
+@click.option("--json", "json_out", type=click.Path(), default=None, help="Also write rows as JSON.")
+@click.option("--time-limit", type=float, default=None,
+              help="Seconds after which no further plan starts, shared evenly by the releases; "
+                   "hunts not reached show as not run.")
+@click.option("--kafka-version", "versions", multiple=True,
+              help="Kafka release to hunt on, each on its own fresh cluster (repeatable; "
+                   "default: every tested release).")
+@nodes_option
+@spark_option
+@artifacts_option
+def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions, nodes,
+          spark_master, artifacts) -> None:
+    """Hunt for real bugs: correct configurations under the faults a known exposure needs
+    (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
+    a violation or a stall: read its counterexample op by op before reporting it
+    (docs/findings.md)."""
+    import json
+    from pathlib import Path
+
+    from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS
+    from onceproof.search import as_row
+    from onceproof.workloads.suites import HUNTS
+    rows = []
+    versions = versions or TESTED_KAFKA_VERSIONS
+    for version in versions:
+        rows += _search(HUNTS, only, examples, budget, replays, seed, None,
+                        time_limit / len(versions) if time_limit else None,
+                        ["concurrent"], nodes, version, spark_master,
+                        str(Path(artifacts) / f"kafka-{version}"),
+                        "Hunts: correct configurations under targeted faults")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump([as_row(r) for r in rows], f, indent=1)
+    sys.exit(1 if any(r.caught for r in rows) else 0)
+
+
+def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,
+            nodes, kafka_version, spark_master, artifacts, title) -> list:
+    """Search each chosen suite of registry in each mode on one fresh cluster; print and
+    optionally save the table."""
     import json
     import time
 
@@ -222,22 +278,22 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
     from rich.table import Table
 
     from onceproof.search import as_row, hunt
-    from onceproof.workloads.suites import SUITES
-    unknown = set(only) - set(SUITES)
+    unknown = set(only) - set(registry)
     if unknown:
-        raise SetupError(f"no suite {', '.join(sorted(unknown))}: suites are {', '.join(SUITES)}")
-    chosen = [SUITES[n] for n in (only or SUITES)]
+        raise SetupError(f"nothing named {', '.join(sorted(unknown))} to hunt: choose from "
+                         f"{', '.join(registry)}")
+    chosen = [registry[n] for n in (only or registry)]
     deadline = time.monotonic() + time_limit if time_limit else None
     rows = []
-    modes = ["rounds", "concurrent"] if mode == "both" else [mode]
     with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
         for suite in chosen:
             for shape in modes:
                 click.echo(f"hunting {suite.name} ({shape}) ...", err=True)
                 rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
                                  replays, seed, deadline, shape))
+        version = cluster.dist.version
     table = Table("suite", "mode", "expected anomaly", "caught", "examples", "time to first failure",
-                  "shrunk plan size", "reproduced", title="Known-bad and known-good suites")
+                  "shrunk plan size", "reproduced", title=f"{title} (Kafka {version})")
     for r in rows:
         table.add_row(r.suite, r.mode, r.expect, r.outcome, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
@@ -246,8 +302,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
-    # Suites the time limit stopped are shown as such, not counted as misses.
-    sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
+    return rows
 
 
 @main.command()

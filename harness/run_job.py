@@ -123,7 +123,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             folder = root / f"run-{i + 1}"
             trial = run_trial(plan, cluster, folder, opts.spark_master, on_progress=on_progress)
             progress.update(task, completed=1.0,
-                            status="valid" if trial.verdict.valid else
+                            status=trial.verdict.headline.lower() if trial.verdict.fine else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
             anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})
             _finish_folder(trial, cluster)
@@ -132,7 +132,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     if not trials:
         raise SetupError("the time budget ran out before the first run; raise --time-budget")
     _summary(console, trials, root)
-    return 0 if all(t.verdict.valid for t in trials) else 1
+    return 0 if all(t.verdict.fine for t in trials) else 1
 
 
 def _finish_folder(trial, cluster: Cluster) -> None:
@@ -171,10 +171,11 @@ def _summary(console: Console, trials, root: Path) -> None:
                 where = ("op", "process", "topic", "partition", "offset", "value")
                 detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in where
                                                       if ex.get(k) is not None)
-                found.add_row(kind, str(n), "note" if kind in v.notes else "violation",
+                found.add_row(kind, str(n), v.severity(kind),
                               f"{t.folder.name}: {detail}")
     if found.row_count:
         console.print(found)
-    valid = all(t.verdict.valid for t in trials)
-    console.print(f"[bold]{'VALID' if valid else 'ANOMALIES FOUND'}[/bold]: "
+    valid, live = all(t.verdict.valid for t in trials), all(t.verdict.live for t in trials)
+    headline = ("VALID" if valid else "ANOMALIES FOUND") + ("" if live else ", NOT LIVE")
+    console.print(f"[bold]{headline}[/bold]: "
                   f"reports: " + ", ".join(str(t.folder / 'report.html') for t in trials))

@@ -9,6 +9,7 @@ every search the same way; a search it stopped is `cut`.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
+from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.cluster import Cluster
 from onceproof.trial import Counterexamples, Trial, run_trial
 from onceproof.workloads.plan import load, size
@@ -104,11 +106,17 @@ class HuntResult:
     cut: bool = False  # the deadline stopped the search before it was done
     exercised: dict[str, int] = field(default_factory=dict)  # summed over the plans run
 
+    hunt: bool = False  # a hunt (workloads/suites.py HUNTS): caught means found
+    found: list[str] = field(default_factory=list)  # what the counterexample showed
+    kafka_version: str = ""
+
     @property
     def outcome(self) -> str:
         """The table's word for this row."""
         if self.cut and not self.caught:
             return "stopped by time limit" if self.examples else "not run (time limit)"
+        if self.hunt:
+            return "FOUND " + ", ".join(self.found) if self.caught else "none found"
         if self.known_good:
             return "passed" if self.caught else "FAILED"
         return "yes" if self.caught else "NO"
@@ -116,7 +124,10 @@ class HuntResult:
 
 def shows(suite: Suite, trial: Trial) -> bool:
     """Whether trial shows what the suite is hunted for: any violation for a known-good
-    suite, one of its expected anomalies for a known-bad one."""
+    suite, any violation or stall for a hunt, one of its expected anomalies for a
+    known-bad one."""
+    if suite.is_hunt:
+        return not trial.verdict.fine
     if suite.known_good:
         return not trial.verdict.valid
     return bool(trial.anomalies & suite.expect)
@@ -159,9 +170,16 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: st
         reproduced = f"{hits}/{replays}"
     found = folder is not None
     # A suite that ran no plan has shown nothing either way.
-    caught = search.examples > 0 and ((not found) if suite.known_good else found)
+    caught = search.examples > 0 and (found if suite.is_hunt or not suite.known_good else not found)
+    shown: list[str] = []
+    if folder is not None:
+        v = Verdict.from_dict(json.loads((folder / "verdict.json").read_text()))
+        shown = sorted(v.violations) + v.stalls
+    expect = ("(any violation/stall)" if suite.is_hunt
+              else ", ".join(sorted(suite.expect)) or "(none: must pass)")
     return HuntResult(
-        suite=suite.name, mode=mode, expect=", ".join(sorted(suite.expect)) or "(none: must pass)",
+        suite=suite.name, mode=mode, expect=expect, hunt=suite.is_hunt, found=shown,
+        kafka_version=cluster.dist.version if search.examples else "",
         known_good=suite.known_good, caught=caught, examples=search.examples,
         seconds_to_first=search.seconds_to_first,
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,

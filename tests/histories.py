@@ -10,6 +10,7 @@ one topic by default:
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,8 @@ class History:
         self.topic = topic
         self.scope = ""
         self.base = 0
-        self.w = HistoryWriter(self.path)
+        self.skipped = 0  # ns the clock was moved ahead (`late`), so time stays monotonic
+        self.w = HistoryWriter(self.path, clock=lambda: time.monotonic_ns() + self.skipped)
 
     def __enter__(self) -> History:
         return self
@@ -66,6 +68,12 @@ class History:
 
     def _t(self, topic):
         return topic or self.topic
+
+    def late(self, process, f, timeout_s: float, took_s: float, type="ok", txn=None) -> int:
+        """A call given `timeout_s` that completes `took_s` later (the clock jumps)."""
+        op = self.invoke(process, f, {"timeout_ms": int(timeout_s * 1000)}, txn=txn)
+        self.skipped += int(took_s * 1e9)
+        return self.complete(op, type)
 
     # Producers.
     def send(self, process, records, type="ok", txn=None, topic=None, sources=None) -> int:

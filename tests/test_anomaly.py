@@ -19,7 +19,8 @@ def test_families_find_the_registry_types_in_its_order():
 
 def test_each_type_names_its_witnesses_and_a_severity():
     for a in anomaly.REGISTRY:
-        assert a.severity in (anomaly.VIOLATION, anomaly.NOTE, anomaly.EITHER), a.name
+        assert a.severity in (anomaly.VIOLATION, anomaly.NOTE, anomaly.EITHER,
+                              anomaly.LIVENESS), a.name
         assert a.definition, a.name
         assert "detail" in a.witnesses, a.name
         assert set(a.witnesses) <= set(anomaly.COLUMNS) - {"type", "severity"}, a.name
@@ -27,6 +28,18 @@ def test_each_type_names_its_witnesses_and_a_severity():
 
 def test_cycles_alone_may_be_notes():
     assert {a.name for a in anomaly.REGISTRY if a.allows(anomaly.NOTE)} == {"g0", "g1c", "g_single"}
+
+
+def test_stalls_are_the_liveness_family_alone():
+    # A liveness type must never make a history invalid, and only the liveness family
+    # judges stalls: safety and liveness stay apart in every verdict.
+    assert {a.name for a in anomaly.REGISTRY if a.severity == anomaly.LIVENESS} == \
+        set(anomaly.of_family("liveness")) == {"late_return"}
+
+
+def test_the_liveness_definition_states_its_grace():
+    from onceproof.checkers.liveness import LATE_MS
+    assert f"{LATE_MS // 1000} s after" in anomaly.BY_NAME["late_return"].definition
 
 
 def test_the_docs_show_the_registry():
@@ -43,7 +56,7 @@ def test_the_registry_module_needs_no_spark():
         spec = importlib.util.spec_from_file_location("registry", {str(ROOT / "checkers" / "anomaly.py")!r})
         sys.modules["registry"] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        assert len(module.TYPES) == 21
+        assert len(module.TYPES) == 22
         assert "pyspark" not in sys.modules
     """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -111,6 +111,8 @@ def kitchen_sink(path) -> History:
         h.send(proc, [(0, out)], txn=txn, topic="pipeline-out", sources=[1])
         h.send_offsets(proc, txn, "g", [(0, 2)], topic="pipeline-in")
         h.commit(proc, txn)
+    scene("liveness")
+    h.late("pl", "commit_txn", timeout_s=20, took_s=40, type="info")
     h.close()
     return h
 

@@ -66,3 +66,11 @@ def test_python_dash_m_onceproof_is_the_same_command():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: python -m onceproof")
     assert all(name in done.stdout for name in main.commands)
+
+
+def test_an_unknown_suite_or_hunt_is_one_clear_line():
+    for command, names in (("suites", "non_idempotent_retries"), ("hunts", "delayed_end_txn")):
+        done = _run(str(SCRIPT), command, "--only", "meteor")
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert "nothing named meteor to hunt" in lines[0] and names in lines[0]

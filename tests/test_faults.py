@@ -3,6 +3,7 @@ draws with its undo, and opens and closes report windows; the docs name every ki
 on the real cluster, one plan fires every kind with its targets resolved."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from onceproof.checkers.history import HistoryWriter, read_events
 from onceproof.report import faults as report_faults
 from onceproof.report.history import load
 from onceproof.workloads import faults
-from onceproof.workloads.plan import PlanError, validate
+from onceproof.workloads.plan import PlanError, fault_problem, validate
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -22,7 +23,7 @@ FULL = {
     "kill": {"node": "leader"}, "pause": {"node": 2}, "restart": {"node": 1},
     "partition": {"sides": [["leader"], []]}, "isolate": {"node": 1},
     "latency": {"ms": 200, "jitter": 50, "node": "leader", "kinds": ["client", "repl"],
-                "streams": ["downstream"]},
+                "streams": ["downstream"], "toxicity": 0.5},
     "reset_peer": {"timeout_ms": 0, "node": 3, "kinds": ["client"]},
     "slicer": {"node": 1, "kinds": ["client"]}, "bandwidth": {"kb_per_s": 16, "node": 2},
     "cut_clients": {"nodes": [1, 2]}, "stop": {"node": 3}, "wipe": {"node": 3},
@@ -57,6 +58,57 @@ def test_each_kind_checks_its_parameters_in_one_line(kind):
         assert kind in message and "see docs/plans.md" in message
 
 
+def _targeting(*refs) -> dict:
+    return {"topics": {"t": {"partitions": 2}},
+            "clients": {"p0": {"role": "producer"}, "t0": {"role": "txn_producer"},
+                        "c0": {"role": "consumer"}, "w0": {"role": "rw_txn"}},
+            "steps": [{"fault": {"f": "pause", "node": r}} for r in refs]}
+
+
+def test_targets_name_partitions_and_clients_of_the_plan():
+    validate(_targeting("leader", "leader:t/1", "txn_coordinator:t0", "txn_coordinator:w0",
+                        "group_coordinator:c0", "group_coordinator:w0"))
+    assert faults.targets({"f": "partition", "sides": [["txn_coordinator:t0", 2], []]}) == \
+        [("txn_coordinator", "t0")]
+    wrong = {
+        "leader:t/2": "leader:t/2 names no partition of the plan's topics (t has 0..1)",
+        "leader:u/0": "leader:u/0 names no partition of the plan's topics (no topic 'u')",
+        "txn_coordinator:p0": "txn_coordinator:p0 needs a client of the plan with role "
+                              "pipeline or rw_txn or txn_producer, and 'p0' is a producer",
+        "group_coordinator:t0": "group_coordinator:t0 needs a client of the plan with role "
+                                "consumer or pipeline or rw_txn, and 't0' is a txn_producer",
+        "group_coordinator:x9": "and 'x9' is no client of the plan",
+        "txn_coordinator": "pause's node must be a node id or a target",
+        "leader:t": "pause's node must be a node id or a target",
+    }
+    for ref, message in wrong.items():
+        with pytest.raises(PlanError, match=r"^plan steps\[0\]\.fault: .*" + re.escape(message)):
+            validate(_targeting(ref))
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_targeted_presets_aim_at_the_plans_own_parts(data):
+    plan = {"topics": {"in": {"partitions": 3}},
+            "clients": {"p0": {"role": "producer", "topic": "in"}, "x0": {"role": "pipeline"}}}
+    aims = {"pause_txn_coordinator": "txn_coordinator:x0", "kill_group_coordinator":
+            "group_coordinator:x0", "slow_txn_coordinator": "txn_coordinator:x0"}
+    for name, ref in aims.items():
+        assert data.draw(faults.drawn(name, plan=plan))[0][1]["node"] == ref
+    assert data.draw(faults.drawn("isolate_leader", plan=plan))[0][1]["node"] in {
+        "leader:in/0", "leader:in/1", "leader:in/2"}
+    with pytest.raises(faults.UnknownFault, match="txn_coordinator needs a client with role"):
+        data.draw(faults.drawn("pause_txn_coordinator", plan={"clients": {"p0": {"role": "producer"}}}))
+
+
+def test_toxicity_is_a_share_of_connections():
+    for share in (0, 1.5, "half", True):
+        assert "toxicity must be" in faults.problem({"f": "latency", "ms": 5, "toxicity": share})
+    assert faults.label("latency", {"f": "latency", "ms": 100, "node": 2, "toxicity": 0.25}) == \
+        "latency 100ms n2 (25% of connections)"
+    assert faults.label("latency", {"f": "latency", "ms": 100, "toxicity": 1}) == "latency 100ms"
+
+
 def test_an_unknown_kind_lists_the_registry():
     with pytest.raises(PlanError) as caught:
         validate(_plan({"f": "meteor"}))
@@ -79,9 +131,10 @@ def test_selections_are_named_sets_or_lists_of_kinds_and_presets():
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), name=st.sampled_from(faults.DRAWN))
 def test_each_strategy_draws_valid_steps_with_their_undo(data, name):
-    steps = data.draw(faults.drawn(name, nodes=3))
+    plan = _targeting()
+    steps = data.draw(faults.drawn(name, nodes=3, plan=plan))
     for _, step in steps:
-        assert faults.problem(step) is None, step
+        assert fault_problem(plan, step) is None, step
     kind = faults.PRESETS[name].kind if name in faults.PRESETS else name
     definition = faults.FAULTS[kind]
     first = steps[0][1]
@@ -184,3 +237,53 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
     assert by_f["reset_peer"]["links"] and all(l.startswith("repl-") for l in by_f["reset_peer"]["links"])
     assert by_f["cut_clients"]["links"] == ["client-3"]
     assert not cluster.faults  # the settle phase healed everything
+
+
+@pytest.mark.cluster
+def test_targets_resolve_to_the_nodes_kafka_names(cluster, tmp_path):
+    """Each target resolves, when it fires, to the node Kafka itself names for that part:
+    the group coordinator the broker reports for the group, the transaction coordinator
+    librdkafka finds for the transactional id, the leader of the partition."""
+    import logging
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from onceproof.run.clients import RunContext
+    from onceproof.run.execute import run
+    plan = _targeting()
+    refs = ["txn_coordinator:t0", "group_coordinator:c0", "leader:t/1"]
+    plan["steps"] = ([{"ops": {"t0": {"f": "begin"}, "c0": {"f": "poll", "timeout": 0.5}}},
+                      {"ops": {"t0": {"f": "send", "n": 2}, "c0": {"f": "commit_offsets"}}},
+                      {"ops": {"t0": {"f": "commit"}}}]
+                     + [s for ref in refs for s in ({"fault": {"f": "latency", "ms": 1, "node": ref}},
+                                                    {"fault": {"f": "heal"}})])
+    summary = run(plan, cluster, tmp_path)
+    names = RunContext(None, cluster.bootstrap, summary["suffix"], {"t": 2})  # type: ignore[arg-type]
+    fired = [e for e in read_events(tmp_path / "history.jsonl")
+             if e["process"] == "nemesis" and e["f"] == "latency" and e["type"] != "invoke"]
+    assert [e["type"] for e in fired] == ["ok"] * 3, fired
+    resolved = dict(zip(refs, (e["value"]["node"] for e in fired)))
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    group = admin.describe_consumer_groups([names.client_group("c0")])[names.client_group("c0")]
+    assert resolved["group_coordinator:c0"] == group.result(10).coordinator.id
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    logger = logging.getLogger("onceproof-test-txncoord")
+    logger.setLevel(logging.DEBUG)  # librdkafka's debug lines arrive at DEBUG
+    logger.addHandler(Keep())
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": names.tid("t0"),
+                         "debug": "eos", "logger": logger})
+    producer.init_transactions(30)
+    producer.poll(0)  # serve the log queue
+    # librdkafka names a broker host:port/node-id.
+    found = [int(m.group(1)) for line in lines
+             if (m := re.search(r"Transaction coordinator changed from \S+ -> [^/\s]+/(\d+)", line))]
+    assert found and found[-1] == resolved["txn_coordinator:t0"], lines[-5:]
+
+    assert resolved["leader:t/1"] == cluster.leader(names.topic("t"), 1)

@@ -15,23 +15,26 @@ Presets are named strategies that draw steps of registered kinds (`slow_acks` is
 latency on responses only; `partition_leader` cuts the leader off), so a plan's `f` is
 always a kind of this registry.
 
-Targets: wherever a step names a node it may name a node id or a target, resolved when
-the fault fires. A new kind of target (the coordinator of a transactional id, the leader
-of a given partition) is one more entry of TARGETS.
+Targets: wherever a step names a node it may name a node id or a target (the leader of a
+partition, the transaction coordinator of a client, the group coordinator of a client's
+group), resolved when the fault fires and recorded as resolved. A new kind of target is
+one more entry of TARGETS.
 
 Nothing here imports the harness: `act` drives the cluster it is handed (a Scene) through
 these primitives only: nodes, kill/pause/resume/stop/start/restart/wipe(node),
 links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
-streams), heal(), heal_all(), leader(topic, partition).
+streams, toxicity), heal(), heal_all(), leader(topic, partition), coordinator(kind, key).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import strategies as st
+
+from .ops import GROUPED, TRANSACTIONAL
 
 LINK_KINDS = ("client", "repl", "ctl")
 STREAMS = ("upstream", "downstream")
@@ -46,12 +49,20 @@ class UnknownFault(ValueError):
     """A fault selection names something the registry does not hold."""
 
 
+class Names(Protocol):
+    """How a run names what a plan names: its real topics, transactional ids, groups."""
+    def topic(self, name: str) -> str: ...
+    def tid(self, client: str) -> str: ...
+    def client_group(self, client: str) -> str: ...
+
+
 @dataclass
 class Scene:
-    """What a fault acts on when it fires: the cluster (its primitives, listed above) and
-    the run's real topic names, in plan order."""
+    """What a fault acts on when it fires: the cluster (its primitives, listed above),
+    the plan's topics in plan order, and how this run names them."""
     cluster: Any
-    topics: list[str]
+    topics: list[str]  # plan names
+    names: Names
 
 
 # ---- targets ----------------------------------------------------------------------------
@@ -59,25 +70,64 @@ class Scene:
 @dataclass(frozen=True)
 class Target:
     doc: str
-    find: Callable[[Scene], int | None]  # the node, or None when none is known yet
+    # (scene, the argument after "name:" or None) -> the node, or None when none is
+    # known yet
+    find: Callable[[Scene, str | None], int | None]
+    arg: str  # "partition" (<topic>/<partition>, optional) or "client" (required)
     patience: float = 15.0  # seconds to keep asking: mid-fault, metadata may lag
 
 
-def _first_leader(scene: Scene) -> int | None:
-    return scene.cluster.leader(scene.topics[0], 0)
+def _leader(scene: Scene, arg: str | None) -> int | None:
+    topic, partition = (arg.rsplit("/", 1) if arg else (scene.topics[0], "0"))
+    return scene.cluster.leader(scene.names.topic(topic), int(partition))
 
 
-TARGETS = {"leader": Target("the leader of the first topic's partition 0", _first_leader)}
+def _txn_coordinator(scene: Scene, client: str | None) -> int | None:
+    assert client is not None
+    return scene.cluster.coordinator("transaction", scene.names.tid(client))
+
+
+def _group_coordinator(scene: Scene, client: str | None) -> int | None:
+    assert client is not None
+    return scene.cluster.coordinator("group", scene.names.client_group(client))
+
+
+TARGETS = {
+    "leader": Target("the leader of a partition, `leader:<topic>/<partition>` (plain "
+                     "`leader`: the first topic's partition 0)", _leader, "partition"),
+    "txn_coordinator": Target("the transaction coordinator of a client's transactional id, "
+                              "`txn_coordinator:<client>`", _txn_coordinator, "client"),
+    "group_coordinator": Target("the group coordinator of a client's consumer group, "
+                                "`group_coordinator:<client>`", _group_coordinator, "client"),
+}
+
+
+def parse_target(ref) -> tuple[str, str | None] | None:
+    """A target reference as (target, argument), or None when ref is not one."""
+    if not isinstance(ref, str):
+        return None
+    name, _, arg = ref.partition(":")
+    target = TARGETS.get(name)
+    if target is None:
+        return None
+    if target.arg == "client":
+        return (name, arg) if arg else None
+    if not arg:
+        return name, None
+    topic, slash, partition = arg.rpartition("/")
+    return (name, arg) if slash and topic and partition.isdigit() else None
 
 
 def resolve(scene: Scene, ref) -> int:
     """A node id stays as it is; a target is asked until it names a node of the cluster."""
     if isinstance(ref, int):
         return ref
-    target = TARGETS[ref]
+    parsed = parse_target(ref)
+    assert parsed is not None, f"{ref!r} is no target; plan.validate lets none through"
+    target = TARGETS[parsed[0]]
     deadline = time.monotonic() + target.patience
     while True:
-        node = target.find(scene)
+        node = target.find(scene, parsed[1])
         if node is not None and node in scene.cluster.nodes:
             return node
         if time.monotonic() > deadline:
@@ -104,14 +154,15 @@ def _int(low: int) -> Callable[[Any], bool]:
 
 
 def _is_ref(v) -> bool:
-    return _int(1)(v) or v in TARGETS
+    return _int(1)(v) or parse_target(v) is not None
 
 
 def _subset(options: tuple[str, ...]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, list) and bool(v) and set(v) <= set(options)
 
 
-_REF_DOC = "a node id or " + " or ".join(f'"{t}"' for t in TARGETS)
+_REF_DOC = ("a node id or a target: leader, leader:<topic>/<partition>, "
+            + ", ".join(f"{t}:<client>" for t, spec in TARGETS.items() if spec.arg == "client"))
 NODE = Param(_REF_DOC, _is_ref, required=True, nodes=_one)
 NODE_ID = Param("a node id; without it, every node", _int(1), nodes=_one)
 LINKS = {
@@ -120,6 +171,17 @@ LINKS = {
     "kinds": Param("a list of link kinds: " + ", ".join(LINK_KINDS) + ' (default ["client"])',
                    _subset(LINK_KINDS)),
 }
+
+
+def _share(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1
+
+
+# A toxic's parameters besides its own: where, and on what share of connections.
+TOXIC = {**LINKS, "toxicity": Param(
+    "a number above 0 and at most 1: the share of connections the toxic affects, each "
+    "new connection drawn once (default 1: all), so one request can overtake another "
+    "on an unaffected connection", _share)}
 
 
 def _directions(default: tuple[str, ...]) -> Param:
@@ -168,10 +230,11 @@ class Fault:
 
     def title(self, value: Step) -> str:
         """How the report names one application of this fault."""
-        if self.label:
-            return self.label(value)
         node = value.get("node")
-        return self.name + (f" n{node}" if node is not None else "")
+        title = self.label(value) if self.label else self.name + (
+            f" n{node}" if node is not None else "")
+        share = value.get("toxicity", 1)
+        return title + (f" ({share:.0%} of connections)" if _share(share) and share < 1 else "")
 
 
 def _on_node(method: str) -> Callable[[Scene, Step], Step]:
@@ -243,7 +306,8 @@ def _toxic(type: str, attributes: Callable[[Step], dict], streams: tuple[str, ..
     def act(scene: Scene, step: Step) -> Step:
         node = resolve(scene, step["node"]) if "node" in step else None
         links = scene.cluster.links(node, tuple(step.get("kinds", ["client"])))
-        scene.cluster.toxic(type, links, attributes(step), tuple(step.get("streams", streams)))
+        scene.cluster.toxic(type, links, attributes(step), tuple(step.get("streams", streams)),
+                            step.get("toxicity", 1.0))
         return {**step, **({"node": node} if node is not None else {}), "links": links}
     return act
 
@@ -288,23 +352,23 @@ _DEFINITIONS = [
     Fault("latency", "delay data on links", "network",
           {"ms": Param("a positive integer (milliseconds)", _int(1), required=True),
            "jitter": Param("a non-negative integer (milliseconds)", _int(0)),
-           **LINKS, "streams": _directions(STREAMS)},
+           **TOXIC, "streams": _directions(STREAMS)},
           _toxic("latency", lambda s: {"latency": s["ms"], "jitter": s.get("jitter", 0)}, STREAMS),
           "until", _NETWORK,
           lambda nodes: st.sampled_from([200, 1000, 6000]).map(
               lambda ms: {"f": "latency", "ms": ms, "jitter": ms // 4}),
           _heal, _with("ms", "ms", "latency")),
     Fault("reset_peer", "reset connections (TCP RST) on links, after `timeout_ms` of data",
-          "network", {"timeout_ms": Param("a non-negative integer (milliseconds)", _int(0)), **LINKS},
+          "network", {"timeout_ms": Param("a non-negative integer (milliseconds)", _int(0)), **TOXIC},
           _toxic("reset_peer", lambda s: {"timeout": s.get("timeout_ms", 0)}, ("upstream",)),
           "until", _NETWORK, lambda nodes: st.just({"f": "reset_peer"}), _heal),
     Fault("slicer", "cut data on links into small delayed chunks (responses only)", "network",
-          dict(LINKS),
+          dict(TOXIC),
           _toxic("slicer", lambda s: {"average_size": 64, "size_variation": 32, "delay": 100},
                  ("downstream",)),
           "until", _NETWORK, lambda nodes: st.just({"f": "slicer"}), _heal),
     Fault("bandwidth", "limit the data rate of links", "network",
-          {"kb_per_s": Param("a positive integer (KB/s)", _int(1), required=True), **LINKS},
+          {"kb_per_s": Param("a positive integer (KB/s)", _int(1), required=True), **TOXIC},
           _toxic("bandwidth", lambda s: {"rate": s["kb_per_s"]}, STREAMS),
           "until", _NETWORK, lambda nodes: st.just({"f": "bandwidth", "kb_per_s": 16}), _heal,
           _with("KB/s", "kb_per_s", "bandwidth")),
@@ -335,20 +399,72 @@ FAULTS: dict[str, Fault] = {f.name: f for f in _DEFINITIONS}
 
 @dataclass(frozen=True)
 class Preset:
-    """A named way to draw a registered kind with chosen parameters."""
+    """A named way to draw a registered kind with chosen parameters. `first` gets the
+    node count and the plan (its topics and clients), so a preset can aim at a part
+    one of the plan's clients or partitions plays."""
     name: str
     doc: str
     kind: str
-    first: Callable[[int], st.SearchStrategy] = field(repr=False)
+    first: Callable[[int, dict], st.SearchStrategy] = field(repr=False)
+
+
+def _clients_of(roles: frozenset[str], why: str) -> Callable[[dict], st.SearchStrategy]:
+    def clients(plan: dict) -> st.SearchStrategy:
+        found = sorted(c for c, spec in plan.get("clients", {}).items() if spec.get("role") in roles)
+        if not found:
+            raise UnknownFault(f"{why} needs a client with role {' or '.join(sorted(roles))}; "
+                               "the plan has none")
+        return st.sampled_from(found)
+    return clients
+
+
+def _partitions(plan: dict) -> st.SearchStrategy:
+    return st.sampled_from([f"{t}/{q}" for t, spec in plan.get("topics", {}).items()
+                            for q in range(spec["partitions"])])
+
+
+# What a targeted preset aims at: a strategy of target references, from the plan.
+_AIMS: dict[str, tuple[str, Callable[[dict], st.SearchStrategy]]] = {
+    "leader": ("the leader of one of the plan's partitions",
+               lambda plan: _partitions(plan).map(lambda tp: f"leader:{tp}")),
+    "txn_coordinator": ("the transaction coordinator of one of the plan's transactional "
+                        "clients",
+                        lambda plan: _clients_of(TRANSACTIONAL, "txn_coordinator")(plan).map(
+                            lambda c: f"txn_coordinator:{c}")),
+    "group_coordinator": ("the group coordinator of one of the plan's reading clients",
+                          lambda plan: _clients_of(GROUPED, "group_coordinator")(plan).map(
+                              lambda c: f"group_coordinator:{c}")),
+}
+
+
+def _aimed(aim: str, make: Callable[[str], st.SearchStrategy]
+           ) -> Callable[[int, dict], st.SearchStrategy]:
+    return lambda nodes, plan: _AIMS[aim][1](plan).flatmap(make)
+
+
+def _on_target(kind: str) -> Callable[[str], st.SearchStrategy]:
+    return lambda ref: st.just({"f": kind, "node": ref})
+
+
+def _slow(ref: str) -> st.SearchStrategy:
+    # Some connections only, so a request on a fast connection can overtake one sent
+    # earlier on a slow one (a delayed EndTxn or produce landing late).
+    return st.tuples(st.sampled_from([100, 500, 2000]), st.sampled_from([0.3, 0.5, 0.7])).map(
+        lambda t: {"f": "latency", "ms": t[0], "jitter": t[0] // 4, "node": ref,
+                   "toxicity": t[1]})
 
 
 PRESETS = {p.name: p for p in [
     Preset("slow_acks", "latency of 3 s on responses only: a write lands, its producer does "
            "not hear of it in time and retries", "latency",
-           lambda nodes: st.just({"f": "latency", "ms": 3000, "streams": ["downstream"]})),
+           lambda nodes, plan: st.just({"f": "latency", "ms": 3000, "streams": ["downstream"]})),
     Preset("partition_leader", "a partition that cuts the leader off from the other nodes",
-           "partition", lambda nodes: st.just({"f": "partition", "sides": [["leader"], []]})),
-]}
+           "partition", lambda nodes, plan: st.just({"f": "partition", "sides": [["leader"], []]})),
+] + [Preset(f"{kind}_{aim}", what, kind, _aimed(aim, _on_target(kind)))
+     for aim, (what, _) in _AIMS.items() for kind in ("pause", "kill", "isolate")
+] + [Preset(f"slow_{aim}", f"latency of 100-2000 ms on 30-70% of the client connections "
+            f"of {what}", "latency", _aimed(aim, _slow))
+     for aim, (what, _) in _AIMS.items()]}
 
 DRAWN = tuple(f.name for f in _DEFINITIONS if f.first) + tuple(PRESETS)
 SETS = {
@@ -371,20 +487,33 @@ def node_ids(step: Step) -> set[int]:
     return FAULTS[step["f"]].node_ids(step)
 
 
+def targets(step: Step) -> list[tuple[str, str | None]]:
+    """The targets a valid fault step names, as (target, argument)."""
+    refs = [r for p, spec in FAULTS[step["f"]].params.items() if spec.nodes and p in step
+            for r in spec.nodes(step[p])]
+    return [t for t in map(parse_target, refs) if t is not None]
+
+
 def apply(scene: Scene, step: Step) -> Step:
     """Fire a (valid) fault step; returns it with its targets resolved. Raises NoTarget
     when a target names no node now."""
     return FAULTS[step["f"]].act(scene, step)
 
 
-def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy = HOLD) -> st.SearchStrategy:
+def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy = HOLD,
+          plan: dict | None = None) -> st.SearchStrategy:
     """A kind or preset, drawn with its undo: a list of (wait, step), the wait drawn
-    from `hold` (rounds, or seconds in a concurrent plan)."""
+    from `hold` (rounds, or seconds in a concurrent plan). A targeted preset aims at the
+    partitions and clients of `plan`."""
     kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
-    make = PRESETS[name].first if name in PRESETS else kind.first if kind else None
-    if kind is None or make is None:
+    if name in PRESETS:
+        first = PRESETS[name].first(nodes, plan or {})
+    elif kind is not None and kind.first is not None:
+        first = kind.first(nodes)
+    else:
         raise UnknownFault(f"unknown fault {name}: draw one of {', '.join(DRAWN)}")
-    first, undo = make(nodes), kind.undo
+    assert kind is not None
+    undo = kind.undo
     if undo is None:
         return first.map(lambda step: [(0, step)])
     return st.tuples(first, hold).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])
@@ -441,7 +570,10 @@ def reference() -> str:
         undone = ", ".join(f"`{u}`" for u in sorted(f.undone_by)) or (
             "(an undo)" if f.window == "undo" else "(over when it returns)")
         rows.append(f"| `{f.name}` | {params} | {f.doc} | {undone} |")
+    rows += ["", "Targets, which any parameter naming a node accepts:", "",
+             "| target | the node |", "|--------|----------|"]
+    rows += [f"| `{t}` | {spec.doc} |" for t, spec in TARGETS.items()]
     rows += ["", "Presets, which `--faults` and strategies accept besides the kinds:", "",
-             "| preset | what it draws |", "|--------|--------------|"]
-    rows += [f"| `{p.name}` | a `{p.kind}`: {p.doc} |" for p in PRESETS.values()]
+             "| preset | the kind it draws: on what |", "|--------|--------------|"]
+    rows += [f"| `{p.name}` | `{p.kind}`: {p.doc} |" for p in PRESETS.values()]
     return "\n".join(rows) + "\n"

@@ -27,6 +27,9 @@ ROLES = {
     "pipeline": {"process"},
     "rw_txn": {"begin", "send", "poll", "commit", "abort"},
 }
+# Roles whose client has a transactional id, and roles whose client reads in a group.
+TRANSACTIONAL = frozenset({"txn_producer", "pipeline", "rw_txn"})
+GROUPED = frozenset({"consumer", "pipeline", "rw_txn"})
 SEEK_TO = ("beginning", "committed", "offset")
 # What a mix may set (docs/plans.md).
 MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
@@ -35,7 +38,12 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
        "consumer_ops": "ops a consumer picks from: poll, seek, commit_offsets, fetch_offsets",
        "max_records": "most records per send (default 3)",
        "poll_timeout": "seconds a poll waits for records (default 1, 0.2 in a read-write "
-                       "transaction)"}
+                       "transaction)",
+       "commit_timeout": "what a transactional client does when its commit fails with a "
+                         "retriable error, a timeout most often: retry (the default, "
+                         "librdkafka's advice; up to 3 attempts) or abort (what many "
+                         "applications do)"}
+COMMIT_TIMEOUT = ("retry", "abort")
 TXN_OPS = ("send", "send", "commit", "abort")
 RW_TXN_OPS = ("send", "poll", "send", "poll", "commit", "commit", "abort")
 CONSUMER_OPS = ("poll", "poll", "poll", "seek", "commit_offsets", "fetch_offsets")

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from . import faults
-from .ops import MIX, ROLES, SEEK_TO
+from .ops import COMMIT_TIMEOUT, GROUPED, MIX, ROLES, SEEK_TO, TRANSACTIONAL
 
 DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 2147483647,
                     "message.timeout.ms": 15000, "request.timeout.ms": 5000,
@@ -118,7 +118,7 @@ def _validate_steps(plan: dict, bad) -> None:
                 if op["f"] == "seek" and op.get("to") not in SEEK_TO:
                     bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(SEEK_TO)}")
         else:
-            problem = faults.problem(step["fault"])
+            problem = fault_problem(plan, step["fault"])
             if problem:
                 bad(f"steps[{i}].fault", problem)
 
@@ -136,6 +136,9 @@ def _validate_concurrent(plan: dict, bad) -> None:
     unknown = sorted(set(mix) - set(MIX))
     if unknown:
         bad(f"mix.{unknown[0]}", f"is no mix setting; use {', '.join(MIX)}")
+    if mix.get("commit_timeout", "retry") not in COMMIT_TIMEOUT:
+        bad("mix.commit_timeout", f"must be one of {', '.join(COMMIT_TIMEOUT)}, not "
+                                  f"{mix['commit_timeout']!r}")
     schedule = plan.get("schedule", [])
     if not isinstance(schedule, list):
         bad("schedule", "must be a list of {\"at\": seconds, \"fault\": {...}} or "
@@ -151,9 +154,32 @@ def _validate_concurrent(plan: dict, bad) -> None:
         if "crash" in entry and entry["crash"] not in plan["clients"]:
             bad(f"{where}.crash", f"names no client in plan.clients: {entry['crash']!r}")
         if "fault" in entry:
-            problem = faults.problem(entry["fault"])
+            problem = fault_problem(plan, entry["fault"])
             if problem:
                 bad(f"{where}.fault", problem)
+
+
+def fault_problem(plan: dict, step) -> str | None:
+    """What is wrong with a fault step of this plan, in one line, or None: the step as
+    the registry defines it, then the clients and partitions its targets name."""
+    problem = faults.problem(step)
+    if problem:
+        return problem
+    for name, arg in faults.targets(step):
+        if name in ("txn_coordinator", "group_coordinator"):
+            roles = TRANSACTIONAL if name == "txn_coordinator" else GROUPED
+            role = plan["clients"].get(arg, {}).get("role")
+            if role not in roles:
+                return (f"{name}:{arg} needs a client of the plan with role "
+                        f"{' or '.join(sorted(roles))}, and {arg!r} is "
+                        + (f"a {role}" if role else "no client of the plan"))
+        elif arg is not None:
+            topic, partition = arg.rsplit("/", 1)
+            n = plan["topics"].get(topic, {}).get("partitions", 0)
+            if not int(partition) < n:
+                return (f"{name}:{arg} names no partition of the plan's topics"
+                        + (f" ({topic} has 0..{n - 1})" if n else f" (no topic {topic!r})"))
+    return None
 
 
 def fault_steps(plan: dict) -> list[dict]:

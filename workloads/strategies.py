@@ -42,10 +42,10 @@ WORKLOADS: dict[str, dict[str, dict]] = {
 }
 
 
-def fault(kinds=SETS["mixed"], nodes: int = 3) -> st.SearchStrategy:
+def fault(kinds=SETS["mixed"], nodes: int = 3, plan: dict | None = None) -> st.SearchStrategy:
     """One fault (a kind or preset of workloads/faults.py) with its undo, as a list of
-    (rounds to wait, fault step)."""
-    return st.sampled_from(kinds).flatmap(lambda kind: drawn(kind, nodes))
+    (rounds to wait, fault step); targeted presets aim at `plan`'s clients and partitions."""
+    return st.sampled_from(kinds).flatmap(lambda kind: drawn(kind, nodes, plan=plan))
 
 
 @st.composite
@@ -71,7 +71,7 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
     n_rounds = draw(st.integers(min_rounds, max_rounds))
     for _ in range(n_rounds):
         if faults and draw(st.integers(0, 99)) < fault_percent:
-            steps = draw(fault(faults, nodes))
+            steps = draw(fault(faults, nodes, plan))
             plan["steps"].append({"fault": steps[0][1]})
             pending += steps[1:]
         # Workloads list their writer first, and Hypothesis's simplest choice is the first
@@ -144,7 +144,7 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
         for k in range(draw(st.integers(min(min_faults, slots), slots))):
             at = int((k + 0.5) * interval) + draw(st.integers(0, max(0, int(interval) // 2)))
             for wait, step in draw(st.sampled_from(faults).flatmap(
-                    lambda kind: drawn(kind, nodes, hold))):
+                    lambda kind: drawn(kind, nodes, hold, plan))):
                 if at + wait <= seconds:
                     schedule.append({"at": at + wait, "fault": step})
     if crash_every:

@@ -1,9 +1,14 @@
 """Named suites: configurations known to break exactly-once, which the harness must catch,
-and the configuration that must survive every fault.
+the configuration that must survive every fault, and hunts.
 
 Each suite is a plan strategy plus the anomaly types that count as catching it. The
 strategies lean toward the failure (the right faults, the right op mix) so that a small
 budget finds it; they do not script it: Hypothesis still chooses the plan.
+
+A hunt is a correct configuration (nothing planted) plus the faults and client policy
+that a known exposure of Kafka or librdkafka needs, run in concurrent plans: any safety
+violation or stall it shows is a finding about the system under test, to be read op by
+op and written up in docs/findings.md.
 """
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from .strategies import concurrent_plans, plans
 
 # A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
 # crash about every 15 s. Shrinking shortens it toward 10 s and drops faults and clients.
+# Hunts run longer plans: what they look for needs load to build up.
 CONCURRENT_SECONDS = (10, 30)
+HUNT_SECONDS = (20, 60)
 
 
 @dataclass(frozen=True)
@@ -28,12 +35,15 @@ class Suite:
     faults: tuple[str, ...] = ()
     fault_percent: int = 40
     max_rounds: int = 8
+    hunts: str = ""  # a hunt: the exposure it hunts for, and where it is described
+    interval: float = 6.0  # concurrent plans: seconds between faults
+    seconds: tuple[int, int] = CONCURRENT_SECONDS  # concurrent plans: how long, shortest first
 
     def strategy(self, nodes: int = 3, mode: str = "rounds"):
         """Plans of either shape, with the same workload, configs, op mix and faults."""
         if mode == "concurrent":
-            return concurrent_plans(self.workload, faults=self.faults, duration=CONCURRENT_SECONDS,
-                                    nodes=nodes, interval=6.0, crash_every=15.0,
+            return concurrent_plans(self.workload, faults=self.faults, duration=self.seconds,
+                                    nodes=nodes, interval=self.interval, crash_every=15.0,
                                     config=self.config, options=self.options)
         return plans(self.workload, faults=self.faults, fault_percent=self.fault_percent,
                      max_rounds=self.max_rounds, nodes=nodes, config=self.config,
@@ -42,6 +52,10 @@ class Suite:
     @property
     def known_good(self) -> bool:
         return not self.expect
+
+    @property
+    def is_hunt(self) -> bool:
+        return bool(self.hunts)
 
 
 SUITES = {s.name: s for s in [
@@ -91,4 +105,52 @@ SUITES = {s.name: s for s in [
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
+]}
+
+
+# Aggressive client timeouts, as latency-sensitive applications set them: transactions
+# that time out on the broker in seconds, so fences, epoch bumps and aborts by the
+# coordinator happen while requests are still in flight. (librdkafka requires
+# message.timeout.ms <= transaction.timeout.ms.)
+_FAST_TXNS = {"transaction.timeout.ms": 3000, "message.timeout.ms": 3000,
+              "socket.timeout.ms": 3000, "request.timeout.ms": 2000}
+
+HUNTS = {s.name: s for s in [
+    Suite("delayed_end_txn",
+          "transactional producers and read-write transactions with 3 s transaction "
+          "timeouts, while their transaction coordinator is paused for 1-12 s, cut off "
+          "from the other nodes, or slow on some of its connections, and partition "
+          "leaders are slow on some connections, so a commit or abort (EndTxn) or a "
+          "produce can arrive after its transaction ended",
+          frozenset(), "transactions",
+          config={"producer": _FAST_TXNS},
+          options={"commit_timeout": "abort"},
+          faults=("pause_txn_coordinator", "isolate_txn_coordinator", "slow_txn_coordinator",
+                  "slow_leader"),
+          seconds=HUNT_SECONDS,
+          hunts="KAFKA-17754 class (KIP-890): a delayed EndTxn or produce of one transaction "
+                "lands in the next; librdkafka speaks transaction protocol v1, which KIP-890 "
+                "part 2 does not protect (librdkafka #5423)"),
+    Suite("idempotent_leader_churn",
+          "idempotent producers (acks=all, 5 requests in flight) sending each batch across "
+          "up to 12 of 12 partitions, while partition leaders are killed, paused, cut off "
+          "or slowed every 8-12 s",
+          frozenset(), "producers",
+          config={"topics": {"t": {"partitions": 12}},
+                  "producer": {"max.in.flight.requests.per.connection": 5, "linger.ms": 20}},
+          options={"max_records": 12},
+          faults=("kill_leader", "pause_leader", "isolate_leader", "slow_leader"),
+          interval=8.0, seconds=HUNT_SECONDS,
+          hunts="librdkafka #4953 (fix PR #4972 open): duplicates when an OUT_OF_ORDER_SEQUENCE "
+                "on one partition bumps the idempotent epoch while other partitions' batches "
+                "are in flight, during leader changes"),
+    Suite("send_offsets_hang",
+          "consume-transform-produce pipelines sending offsets in their transactions while "
+          "their group coordinator is paused, killed, cut off or slowed",
+          frozenset(), "pipeline",
+          faults=("pause_group_coordinator", "kill_group_coordinator",
+                  "isolate_group_coordinator", "slow_group_coordinator"),
+          seconds=HUNT_SECONDS,
+          hunts="librdkafka #5456 and #5511: send_offsets_to_transaction blocks past its "
+                "timeout when the group coordinator goes away"),
 ]}

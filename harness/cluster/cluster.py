@@ -60,6 +60,20 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close", "limit_data"}
 
 
+def _java_hash(s: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, in 32-bit signed arithmetic."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _java_abs(n: int) -> int:
+    """Kafka's Utils.abs: the absolute value, and 0 for Integer.MIN_VALUE."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
 class Cluster:
     def __init__(self, root: str | Path, nodes: int = 3, kafka_version: str | None = None,
                  owned: bool = True, overrides: dict | None = None):
@@ -287,6 +301,21 @@ class Cluster:
         except (KafkaException, KeyError):
             return None
         return part.leader if part is not None and part.leader >= 0 else None
+
+    def coordinator(self, kind: str, key: str) -> int | None:
+        """The node coordinating a transactional id (kind "transaction") or a group
+        ("group") now: the leader of the internal partition the key hashes to, as the
+        broker computes it (abs of Java's String.hashCode, modulo the partition count),
+        so it is known before the client has asked, and while a fault hides it from
+        FindCoordinator. None when the internal topic or its leader is not known."""
+        topic = {"transaction": "__transaction_state", "group": "__consumer_offsets"}[kind]
+        try:
+            parts = self.admin().list_topics(topic, timeout=5).topics[topic].partitions
+        except (KafkaException, KeyError):
+            return None
+        if not parts:
+            return None
+        return self.leader(topic, _java_abs(_java_hash(key)) % len(parts))
 
     # ---- node primitives -------------------------------------------------------------
 

@@ -98,7 +98,7 @@ def _read_verdict(path: Path) -> dict | None:
                 for t, exs in (d.get("examples") or {}).items()}
     return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
             "examples": examples, "notes": list(d.get("notes") or []),
-            "stats": dict(d.get("stats") or {})}
+            "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {})}
 
 
 def _template() -> jinja2.Template:
@@ -283,10 +283,12 @@ def _anomaly_rows(verdict, examples: dict[str, list[Example]]) -> list[dict]:
     counts = verdict.get("counts", {})
     kinds = sorted(set(counts) | set(examples),
                    key=lambda t: (order.index(t) if t in order else len(order), t))
-    notes = set(verdict.get("notes", []))
+    notes, stalls = set(verdict.get("notes", [])), set(verdict.get("stalls", []))
     # A verdict written by another version may name a type this registry does not know.
     known = anomaly.BY_NAME
-    return [{"type": t, "count": counts.get(t, 0), "severity": "note" if t in notes else "violation",
+    return [{"type": t, "count": counts.get(t, 0),
+             "severity": anomaly.NOTE if t in notes else anomaly.LIVENESS if t in stalls
+             else anomaly.VIOLATION,
              "definition": known[t].definition if t in known else "",
              "examples": examples.get(t, [])}
             for t in kinds]

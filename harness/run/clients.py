@@ -25,6 +25,7 @@ _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 _LIBRDKAFKA_LOG.propagate = False
 QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
 OP_TIMEOUT = 20.0
+FETCH_TIMEOUT = 10.0
 # How long past its own timeout a librdkafka call may block before we stop waiting for it.
 HANG_GRACE = 10.0
 # commit_transaction calls per transaction before the client gives up on it (see op_commit).
@@ -39,6 +40,7 @@ class RunContext:
     bootstrap: str
     suffix: str
     partitions: dict[str, int]  # plan topic -> partition count
+    clients: dict[str, dict] = field(default_factory=dict)  # the plan's clients
     _values: itertools.count = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -47,6 +49,17 @@ class RunContext:
 
     def plan_topic(self, real: str) -> str:
         return real[: -len(self.suffix) - 1]
+
+    def tid(self, client: str) -> str:
+        """The transactional id of a client (every process of it)."""
+        return f"tx-{client}-{self.suffix}"
+
+    def group(self, name: str) -> str:
+        return f"{name}-{self.suffix}"
+
+    def client_group(self, client: str) -> str:
+        """The group a client reads in: its plan's `group`, else its own id."""
+        return self.group(self.clients.get(client, {}).get("group", client))
 
     def value(self) -> int:
         with self._lock:
@@ -111,16 +124,26 @@ def bounded(call, *args, timeout: float | None = None):
     return box.get("value")
 
 
-def _producer_config(ctx: RunContext, plan: dict, spec: dict, extra: dict | None = None) -> dict:
+def _producer_config(ctx: RunContext, plan: dict, spec: dict, defaults: dict | None = None,
+                     fixed: dict | None = None) -> dict:
+    """The plan's producer config over the role's `defaults`; `fixed` (a transactional
+    id) over both."""
     from onceproof.workloads.plan import DEFAULT_PRODUCER
-    return {**DEFAULT_PRODUCER, **plan.get("producer", {}), **spec.get("config", {}),
-            **(extra or {}), "bootstrap.servers": ctx.bootstrap, **QUIET}
+    return {**DEFAULT_PRODUCER, **(defaults or {}), **plan.get("producer", {}),
+            **spec.get("config", {}), **(fixed or {}), "bootstrap.servers": ctx.bootstrap,
+            **QUIET}
+
+
+def timed(value: dict, seconds: float) -> dict:
+    """An op's invoke value with the timeout its client call is given, so a checker can
+    tell a call that overstayed it (checkers/liveness.py)."""
+    return {**value, "timeout_ms": round(seconds * 1000)}
 
 
 def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict],
           ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT) -> tuple[str, list]:
     """Produce records as one send op; return its outcome and the errors seen."""
-    op = w.invoke(process, "send", {"records": records}, txn=txn)
+    op = w.invoke(process, "send", timed({"records": records}, timeout), txn=txn)
     out = [dict(r, offset=None) for r in records]
     errors: list[KafkaError | None] = [None] * len(records)
     delivered = [False] * len(records)
@@ -197,7 +220,7 @@ class TxnProducer(Client):
 
     def __init__(self, *a):
         super().__init__(*a)
-        self.tid = f"tx-{self.cid}-{self.ctx.suffix}"
+        self.tid = self.ctx.tid(self.cid)
         self.producer = None
         self.txn: str | None = None
         self.must_abort = False
@@ -206,8 +229,9 @@ class TxnProducer(Client):
     def _ensure(self) -> bool:
         if self.producer is not None:
             return True
-        producer = Producer(_producer_config(self.ctx, self.plan, self.spec, {
-            "transactional.id": self.tid, "transaction.timeout.ms": 20000}))
+        producer = Producer(_producer_config(self.ctx, self.plan, self.spec,
+                                             {"transaction.timeout.ms": 20000},
+                                             {"transactional.id": self.tid}))
         try:
             bounded(producer.init_transactions)
         except (KafkaException, Hung):
@@ -252,7 +276,9 @@ class TxnProducer(Client):
         again: a correct application retries, and so do we, each attempt recorded as its
         own commit_txn op of the same transaction. If the commit is still undecided after
         that, the producer is replaced; the new one's init_transactions finishes or aborts
-        what the old one left, so the outcome stays unknown (info) and the client goes on."""
+        what the old one left, so the outcome stays unknown (info) and the client goes on.
+        A plan whose mix sets commit_timeout "abort" aborts after the first retriable
+        failure instead, as many applications do."""
         if self.txn is None:
             return False
         if self.must_abort:
@@ -260,7 +286,7 @@ class TxnProducer(Client):
             return False
         err = None
         for _ in range(COMMIT_ATTEMPTS):
-            h = self.w.invoke(self.process, "commit_txn", {}, txn=self.txn)
+            h = self.w.invoke(self.process, "commit_txn", timed({}, OP_TIMEOUT), txn=self.txn)
             try:
                 bounded(self.producer.commit_transaction)
                 self.w.ok(h)
@@ -274,6 +300,11 @@ class TxnProducer(Client):
                 self.w.complete(h, commit_outcome(err) if err else "info", {}, describe(err or exc))
                 if err is None or err.fatal() or err.txn_requires_abort() or not err.retriable():
                     break
+                if self.plan.get("mix", {}).get("commit_timeout") == "abort":
+                    # The application gives up on a commit that timed out; its outcome
+                    # stays unknown until the abort lands (docs/history.md).
+                    self.op_abort(op)
+                    return False
         if err is not None and err.txn_requires_abort():
             self._abort_quietly()
         elif err is not None and err.fatal():
@@ -286,7 +317,7 @@ class TxnProducer(Client):
     def op_abort(self, op):
         if self.txn is None:
             return
-        h = self.w.invoke(self.process, "abort_txn", {}, txn=self.txn)
+        h = self.w.invoke(self.process, "abort_txn", timed({}, OP_TIMEOUT), txn=self.txn)
         try:
             bounded(self.producer.abort_transaction)
             self.w.ok(h)
@@ -318,7 +349,7 @@ class TopicConsumer(Client):
         from onceproof.workloads.plan import DEFAULT_CONSUMER
         self.topic = topic or self.topic
         self.final = final
-        self.group = f"{self.spec.get('group', self.cid)}-{self.ctx.suffix}"
+        self.group = self.ctx.group(self.spec.get("group", self.cid))
         config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
         self.isolation = config["isolation.level"]
         self.consumer = Consumer({**config, "bootstrap.servers": self.ctx.bootstrap,
@@ -348,10 +379,12 @@ class TopicConsumer(Client):
                 "value": int(value)}
 
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
-        h = self.w.invoke(self.process, "poll", {"isolation": self.isolation, "group": self.group},
+        timeout = op.get("timeout", 1.0)
+        h = self.w.invoke(self.process, "poll", timed({"isolation": self.isolation,
+                                                       "group": self.group}, timeout),
                           txn=txn, final=self.final)
         try:
-            msgs = self.consumer.consume(op.get("n", 10), op.get("timeout", 1.0))
+            msgs = self.consumer.consume(op.get("n", 10), timeout)
         except KafkaException as exc:
             self.w.fail(h, describe(error_of(exc) or exc))
             return []
@@ -430,9 +463,10 @@ class TopicConsumer(Client):
 
     def op_fetch_offsets(self, op):
         parts = [self._tp(tp) for tp in self.tps]
-        h = self.w.invoke(self.process, "fetch_offsets", {"group": self.group, "partitions": parts})
+        h = self.w.invoke(self.process, "fetch_offsets",
+                          timed({"group": self.group, "partitions": parts}, FETCH_TIMEOUT))
         try:
-            committed = self.consumer.committed(self.tps, timeout=10)
+            committed = self.consumer.committed(self.tps, timeout=FETCH_TIMEOUT)
         except KafkaException as exc:
             self.w.fail(h, describe(error_of(exc) or exc))
             return
@@ -532,7 +566,7 @@ class Pipeline(TxnProducer):
     def _send_offsets(self, txn: str, positions: list[TopicPartition]) -> None:
         offsets = [dict(self.reader._tp(tp), offset=tp.offset) for tp in positions]
         value = {"group": self.reader.group, "offsets": offsets}
-        h = self.w.invoke(self.process, "send_offsets", value, txn=txn)
+        h = self.w.invoke(self.process, "send_offsets", timed(value, OP_TIMEOUT), txn=txn)
         try:
             bounded(self.producer.send_offsets_to_transaction, positions,
                     self.reader.consumer.consumer_group_metadata())

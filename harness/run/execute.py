@@ -51,7 +51,7 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
     suffix = uuid.uuid4().hex[:8]
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
     with writer or HistoryWriter(out / "history.jsonl") as writer:
-        ctx = RunContext(writer, cluster.bootstrap, suffix, partitions)
+        ctx = RunContext(writer, cluster.bootstrap, suffix, partitions, plan["clients"])
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
@@ -111,7 +111,7 @@ def apply_fault(cluster: Cluster, ctx: RunContext, step: dict) -> None:
     """Fire a fault step as an op of the nemesis; its ok value is the step as resolved."""
     h = ctx.writer.invoke("nemesis", step["f"], step)
     try:
-        resolved = faults.apply(faults.Scene(cluster, [ctx.topic(t) for t in ctx.partitions]), step)
+        resolved = faults.apply(faults.Scene(cluster, list(ctx.partitions), ctx), step)
     except faults.NoTarget as exc:
         ctx.writer.fail(h, str(exc))
     except SetupError as exc:

@@ -413,6 +413,17 @@ def _sc_hanging_txn(s: _Script) -> None:
     # The producer is gone and the coordinator never aborts: the LSO stays behind.
 
 
+def _sc_late_return(s: _Script) -> None:
+    # A poll given 1 s that returns 30 s later from an empty partition; it reads
+    # nothing, so it is a stall and nothing else. The clock jumps at its completion:
+    # later events keep their order.
+    s.log(_x(0))
+    s.assign("x0", [_x(0)])
+    h = s.invoke("x0", "poll", {"isolation": RC, "timeout_ms": 1000})
+    s.complete(h, {"isolation": RC, "records": []})
+    s.events[-1]["late_by"] = 30 * 10**9
+
+
 # One scenario per type of the checkers' registry (checkers/anomaly.py), which
 # tests/test_synth.py holds this table to.
 SCENARIOS: dict[str, Callable[[_Script], None]] = {
@@ -437,13 +448,14 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "stale_offset_fetch": _sc_stale_offset_fetch,
     "duplicate_output": _sc_duplicate_output,
     "lost_input": _sc_lost_input,
+    "late_return": _sc_late_return,
 }
 
-# The injected type that is a note, not a violation: the g0 scenario is a write cycle of
-# two overlapping transactions, which Kafka allows. (g1c and g_single are injected as
-# violations: cycles no real-time order allows; the checkers report realizable ones,
-# which valid histories contain, as notes.)
-NOTES = frozenset({"g0"})
+# The injected types that do not make a history invalid: the g0 scenario is a write cycle
+# of two overlapping transactions, which Kafka allows, and late_return is a stall. (g1c
+# and g_single are injected as violations: cycles no real-time order allows; the
+# checkers report realizable ones, which valid histories contain, as notes.)
+NOTES = frozenset({"g0", "late_return"})
 
 # Other types an injection of a type necessarily creates too, and why. Empty for every
 # type but torn_txn: each scenario is built so its anomaly implies no other under the
@@ -523,6 +535,8 @@ def inject(events: list[Event], kind: str, rng: random.Random) -> list[Event]:
         # at least 1000 ns keep everything strictly increasing.
         t = ev.get("time")
         t = (prev + 1 if prev is not None else 0) if t is None else t
+        if "late_by" in ev:
+            t = (prev or 0) + ev.pop("late_by")
         if prev is not None and t <= prev:
             t = prev + 1
         ev["time"] = t

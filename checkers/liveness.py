@@ -1,0 +1,59 @@
+"""Liveness: late_return.
+
+A client call that is given a timeout promises to return within it: librdkafka bounds
+commit_transaction, abort_transaction, send_offsets_to_transaction, flush, consume and
+committed by the timeout they are passed. An application relies on that bound to stay
+live, and a harness that waits only so long for each call (run/clients.py `bounded`)
+records a call it gave up on as `info` after its timeout plus a grace. Such a call is no
+safety violation (nothing wrong was committed or read), but a stall: its transaction
+stays open, its application stops. So it is its own severity, `liveness`, and the verdict
+reports it apart from the safety verdict.
+
+The history says which timeout each call was given (`timeout_ms` in its invoke value);
+ops without one are not judged. Unlike every other family, this one reads the ops table
+on the driver, not the per-partition steps: a call belongs to no partition.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .anomaly import LIVENESS, of_family
+
+TYPES = of_family("liveness")
+
+# Slack past a call's own timeout before it counts as late: scheduling delays of a
+# loaded two-core machine, and the GIL a returning call must take back. Below the
+# harness's own grace (run/clients.py HANG_GRACE, 10 s), so every call the harness
+# gave up on is late.
+LATE_MS = 5_000
+OPS_COLUMNS = ["op", "process", "f", "type", "txn", "invoke_time", "complete_time",
+               "timeout_ms", "error"]
+
+
+def from_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """late_return anomalies of an ops table (OPS_COLUMNS; the engine's hook for families
+    that judge whole ops). A call not returned when the history ends is judged by how
+    long it had been running by then."""
+    timed = ops[ops["timeout_ms"].notna()]
+    if timed.empty:
+        return pd.DataFrame()
+    end = pd.concat([ops["invoke_time"], ops["complete_time"]]).max()
+    returned = timed["complete_time"].notna()
+    took = timed["complete_time"].where(returned, end) - timed["invoke_time"]
+    late = took > timed["timeout_ms"] * 1_000_000 + LATE_MS * 1_000_000
+    rows = []
+    for (_, r), ns, done in zip(timed[late].iterrows(), took[late], returned[late]):
+        given, secs = r["timeout_ms"] / 1000, ns / 1e9
+        what = (f"returned {r['type']} after {secs:.1f} s" if done and not _given_up(r)
+                else f"had not returned after {secs:.1f} s" + (
+                    "; the harness gave up on it" if done else " when the history ended"))
+        rows.append({"type": "late_return", "severity": LIVENESS, "process": r["process"],
+                     "op": int(r["op"]), "txn": r["txn"],
+                     "detail": f"{r['f']} given a {given:g} s timeout {what}"})
+    return pd.DataFrame.from_records(rows)
+
+
+def _given_up(row) -> bool:
+    # run/clients.py `Hung`: the harness stopped waiting; the call itself never returned.
+    return isinstance(row["error"], str) and "did not return" in row["error"]
+

@@ -1,0 +1,110 @@
+"""late_return (checkers/liveness.py): a call that overstays its own timeout is a stall,
+reported apart from safety: the history stays valid and becomes not live."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onceproof.checkers import check
+from onceproof.checkers.liveness import LATE_MS
+from onceproof.checkers.render import run_check
+from tests.histories import example, found
+
+S = 1_000_000_000  # nanoseconds in a second, the unit of an event's time
+
+
+def _history(path, *ops):
+    """ops: (process, f, invoke value, invoke time s, completion type or None, completion
+    time s, error). Written by hand: the times are the point."""
+    events = []
+    for op, (process, f, value, start, type, end, error) in enumerate(ops):
+        events.append({"process": process, "f": f, "type": "invoke", "op": op,
+                       "time": int(start * S), "value": value, "txn": "p/1"})
+        if type is not None:
+            events.append({"process": process, "f": f, "type": type, "op": op,
+                           "time": int(end * S), "value": {}, "txn": "p/1",
+                           **({"error": error} if error else {})})
+    events.sort(key=lambda e: e["time"])
+    with open(path, "w") as out:
+        for i, e in enumerate(events):
+            out.write(json.dumps({"index": i, **e}) + "\n")
+    return path
+
+
+def _commit(timeout_ms, start, type, end, error=None):
+    return ("p", "commit_txn", {"timeout_ms": timeout_ms}, start, type, end, error)
+
+
+def test_a_call_within_its_timeout_and_grace_is_live(tmp_path):
+    late = LATE_MS / 1000
+    v = check(_history(tmp_path / "h.jsonl", _commit(20_000, 0, "ok", 20 + late - 0.1),
+                       _commit(20_000, 30, "info", 49, "timed out")), local=True)
+    assert v.fine and "late_return" not in found(v), v.summary()
+
+
+def test_a_call_that_returns_late_is_a_stall_not_a_violation(tmp_path):
+    v = check(_history(tmp_path / "h.jsonl", _commit(20_000, 0, "ok", 31)), local=True)
+    assert v.valid and not v.live and v.stalls == ["late_return"], v.summary()
+    assert v.severity("late_return") == "liveness" and v.violations == {}
+    ex = example(v, "late_return", process="p", op=0, txn="p/1")
+    assert "commit_txn given a 20 s timeout returned ok after 31.0 s" in ex["detail"]
+    assert v.headline == "VALID, NOT LIVE"
+
+
+def test_a_call_the_harness_gave_up_on_or_never_returned(tmp_path):
+    gave_up = ("p", "send_offsets", {"timeout_ms": 20_000}, 0, "info", 30,
+               "send_offsets_to_transaction did not return 30 s after it was called with a 20 s timeout")
+    never = ("q", "abort_txn", {"timeout_ms": 20_000}, 40, None, None, None)
+    last = ("r", "poll", {"timeout_ms": 1000}, 70, "ok", 70.5, None)
+    v = check(_history(tmp_path / "h.jsonl", gave_up, never, last), local=True)
+    details = sorted(ex["detail"] for ex in v.examples["late_return"])
+    assert v.counts["late_return"] == 2, v.summary()
+    assert details == [
+        "abort_txn given a 20 s timeout had not returned after 30.5 s when the history ended",
+        "send_offsets given a 20 s timeout had not returned after 30.0 s; the harness gave up on it"]
+
+
+def test_calls_without_a_timeout_are_not_judged(tmp_path):
+    slow = ("p", "commit_offsets", {"group": "g", "offsets": []}, 0, "ok", 300, None)
+    v = check(_history(tmp_path / "h.jsonl", slow), local=True)
+    assert "late_return" not in found(v)
+
+
+def test_a_stall_fails_the_check_command_and_says_so(tmp_path, capsys):
+    h = _history(tmp_path / "h.jsonl", _commit(1000, 0, "ok", 10))
+    assert run_check(str(h), json_out=str(tmp_path / "v.json")) == 1
+    out = capsys.readouterr().out
+    assert "VALID, NOT LIVE" in out and "liveness" in out
+    saved = json.loads((tmp_path / "v.json").read_text())
+    assert saved["valid"] is True and saved["live"] is False and saved["stalls"] == ["late_return"]
+
+
+@pytest.mark.cluster
+def test_on_a_real_run_a_stall_is_exactly_a_call_past_its_timeout(cluster, tmp_path):
+    """A real pipeline whose group coordinator is paused mid-run: the harness records each
+    call's timeout, and the verdict calls a call late exactly when it took longer than
+    that timeout plus the grace (whether librdkafka overstays here is its business;
+    that the verdict tells which calls did is ours)."""
+    from onceproof.checkers.store import convert, read_table
+    from onceproof.run.execute import run
+    plan = {"topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
+            "clients": {"p0": {"role": "producer", "topic": "in", "seed": 1},
+                        "x0": {"role": "pipeline", "input": "in", "output": "out", "seed": 2}},
+            "duration": 20, "mix": {"poll_timeout": 0.1},
+            "schedule": [{"at": 5, "fault": {"f": "pause", "node": "group_coordinator:x0"}},
+                         {"at": 14, "fault": {"f": "resume"}}]}
+    run(plan, cluster, tmp_path)
+    tables = convert(tmp_path / "history.jsonl", tmp_path / "tables")
+    v = check(tables, local=True)
+    ops = read_table(tables, "ops", ["op", "f", "invoke_time", "complete_time", "timeout_ms",
+                                     "error"]).to_pandas()
+    timed = ops[ops["timeout_ms"].notna()]
+    assert {"send", "poll", "send_offsets", "commit_txn"} <= set(timed["f"]), set(timed["f"])
+    end = max(ops["invoke_time"].max(), ops["complete_time"].max())
+    took = timed["complete_time"].fillna(end) - timed["invoke_time"]
+    over = set(timed.loc[took > (timed["timeout_ms"] + LATE_MS) * 1_000_000, "op"])
+    late = {ex["op"] for ex in v.examples.get("late_return", [])}
+    assert v.counts.get("late_return", 0) == len(over), v.summary()
+    assert late <= over
+    assert v.live == (not over)
