@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 
+import psutil
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -234,6 +235,27 @@ def test_toxiproxy_dying_is_survived_with_faults_reapplied(cluster):
     assert proxies["repl-2-3"]["enabled"]
     assert {t["type"] for t in proxies["client-1"]["toxics"]} == {"latency"}
     cluster.heal()
+    assert all(p["enabled"] and not p["toxics"] for p in cluster.toxi.proxies().values())
+
+
+def test_a_hung_toxiproxy_is_replaced_and_the_heal_goes_through(cluster, monkeypatch):
+    import os
+    import signal
+
+    from onceproof.cluster.toxi import StrictAPI
+    monkeypatch.setattr(StrictAPI, "timeout", 2.0)
+    events = []
+    cluster.on_event = lambda f, value: events.append(f)
+    hung = cluster.pids["toxiproxy"]
+    try:
+        cluster.toxic("latency", ["client-2"], {"latency": 10})
+        os.kill(hung, signal.SIGSTOP)  # alive, and answers nothing
+        cluster.heal()
+    finally:
+        cluster.on_event = None
+        if psutil.pid_exists(hung):
+            os.kill(hung, signal.SIGKILL)
+    assert events == ["toxiproxy_restart"] and cluster.pids["toxiproxy"] != hung
     assert all(p["enabled"] and not p["toxics"] for p in cluster.toxi.proxies().values())
 
 

@@ -21,6 +21,10 @@ class ToxiproxyError(SetupError):
     """The toxiproxy server refused a request or did not answer in time."""
 
 
+class ToxiproxySilent(ToxiproxyError):
+    """The toxiproxy server did not answer: it is gone, or hung."""
+
+
 class StrictAPI(APIConsumer):
     timeout = 10.0
 
@@ -30,7 +34,7 @@ class StrictAPI(APIConsumer):
         try:
             response = requests.request(method, endpoint, timeout=cls.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise ToxiproxyError(f"toxiproxy at {cls.host}:{cls.port} did not answer "
+            raise ToxiproxySilent(f"toxiproxy at {cls.host}:{cls.port} did not answer "
                                  f"{method} {url}: {exc}") from None
         if not response.ok:
             raise ToxiproxyError(f"toxiproxy refused {method} {url}: HTTP "
