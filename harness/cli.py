@@ -292,8 +292,11 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                 rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
                                  replays, seed, deadline, shape))
         version = cluster.dist.version
-    table = Table("suite", "mode", "expected anomaly", "caught", "examples", "time to first failure",
-                  "shrunk plan size", "reproduced", title=f"{title} (Kafka {version})")
+    table = Table(title=f"{title} (Kafka {version})")
+    for name in ("suite", "mode", "expected anomaly", "caught", "examples",
+                 "time to first failure", "shrunk plan size", "reproduced"):
+        # Names and outcomes whole; the numbers' headers may wrap.
+        table.add_column(name, no_wrap=name in ("suite", "caught"))
     for r in rows:
         table.add_row(r.suite, r.mode, r.expect, r.outcome, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",

@@ -448,8 +448,11 @@ def _on_target(kind: str) -> Callable[[str], st.SearchStrategy]:
 
 def _slow(ref: str) -> st.SearchStrategy:
     # Some connections only, so a request on a fast connection can overtake one sent
-    # earlier on a slow one (a delayed EndTxn or produce landing late).
-    return st.tuples(st.sampled_from([100, 500, 2000]), st.sampled_from([0.3, 0.5, 0.7])).map(
+    # earlier on a slow one (a delayed EndTxn or produce landing late). 5 s outlasts
+    # a client's request timeout of a few seconds: it gives up on the slow connection
+    # and retries on a new one, which may be fast, while the first request still lands.
+    return st.tuples(st.sampled_from([100, 500, 2000, 5000]),
+                     st.sampled_from([0.3, 0.5, 0.7])).map(
         lambda t: {"f": "latency", "ms": t[0], "jitter": t[0] // 4, "node": ref,
                    "toxicity": t[1]})
 
@@ -462,7 +465,7 @@ PRESETS = {p.name: p for p in [
            "partition", lambda nodes, plan: st.just({"f": "partition", "sides": [["leader"], []]})),
 ] + [Preset(f"{kind}_{aim}", what, kind, _aimed(aim, _on_target(kind)))
      for aim, (what, _) in _AIMS.items() for kind in ("pause", "kill", "isolate")
-] + [Preset(f"slow_{aim}", f"latency of 100-2000 ms on 30-70% of the client connections "
+] + [Preset(f"slow_{aim}", f"latency of 100-5000 ms on 30-70% of the client connections "
             f"of {what}", "latency", _aimed(aim, _slow))
      for aim, (what, _) in _AIMS.items()]}
 
