@@ -162,12 +162,14 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
     found = [out[is_anomaly]]
     fact_rows = out[~is_anomaly].reset_index(drop=True)
     for fam in families:
-        finish = getattr(fam, "finish", None)
-        done = finish(fact_rows) if finish is not None else None
         if hasattr(fam, "from_ops"):
             ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
             done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
-        if done is not None and len(done):
+        elif hasattr(fam, "finish"):
+            done = fam.finish(fact_rows)
+        else:
+            continue
+        if len(done):
             found.append(conform(done))
     result = pd.concat([f for f in found if len(f)] or [found[0]], ignore_index=True)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
