@@ -256,7 +256,14 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     rows = []
     versions = versions or TESTED_KAFKA_VERSIONS
     for version in versions:
-        rows += _search(HUNTS, only, examples, budget, replays, seed, None,
+        registry = {n: h for n, h in HUNTS.items() if h.applies_to(version)}
+        for name in sorted(set(only or HUNTS) & set(HUNTS) - set(registry)):
+            click.echo(f"{name}: not run on Kafka {version}, it applies from "
+                       f"{HUNTS[name].since}", err=True)
+        wanted = [n for n in only if n not in HUNTS or n in registry]
+        if only and not wanted:
+            continue
+        rows += _search(registry, wanted, examples, budget, replays, seed, None,
                         time_limit / len(versions) if time_limit else None,
                         ["concurrent"], nodes, version, spark_master,
                         str(Path(artifacts) / f"kafka-{version}"),

@@ -121,3 +121,25 @@ def test_every_plan_example_in_the_docs_is_a_valid_plan():
     for plan in examples:
         validate(plan)
     assert [concurrent(p) for p in examples] == [False, True]
+
+
+def test_copies_of_a_subscribing_pipeline_share_its_group_and_leave_partitions_to_it():
+    templates = {**WORKLOADS["pipeline"]["clients"]}
+    templates["x0"] = {**templates["x0"], "pipeline": {"subscribe": True}}
+    clients = deal(templates, 9, {"in": {"partitions": 2}, "out": {"partitions": 2}})
+    pipes = [c for c in clients.values() if c["role"] == "pipeline"]
+    assert len(pipes) == 3 and all(c["group"] == "x0" and "partitions" not in c for c in pipes)
+
+
+@pytest.mark.parametrize("pipeline,words", [
+    ({"subscribe": "yes"}, "pipeline: maps any of"),
+    ({"rewind": True}, "pipeline: maps any of"),
+    ({"subscribe": True, "partitions": [0]}, "the group's to assign"),
+])
+def test_a_pipeline_setting_is_checked(pipeline, words):
+    partitions = pipeline.pop("partitions", None)
+    spec = {"role": "pipeline", "input": "t", "output": "t", "pipeline": pipeline}
+    if partitions is not None:
+        spec["partitions"] = partitions
+    with pytest.raises(PlanError, match=words):
+        validate(_plan(clients={"x0": spec}))

@@ -6,6 +6,7 @@ them with real budgets (docs/findings.md)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 
@@ -20,7 +21,7 @@ EXAMPLES = int(os.environ.get("ONCEPROOF_HUNT_EXAMPLES", 1))
 BUDGET = float(os.environ.get("ONCEPROOF_HUNT_BUDGET", 60))
 # What each hunt's clients must have done for its run to count as a try.
 EVIDENCE = {"delayed_end_txn": "commit_txn", "idempotent_leader_churn": "acknowledged_writes",
-            "send_offsets_hang": "send_offsets"}
+            "send_offsets_hang": "send_offsets", "kip848_rebalance": "send_offsets"}
 
 
 def test_every_hunt_names_its_evidence():
@@ -30,6 +31,8 @@ def test_every_hunt_names_its_evidence():
 @pytest.mark.parametrize("name", list(HUNTS))
 def test_hunt_runs_with_its_faults_on_target(name, cluster, pytestconfig, artifacts_dir,
                                              suite_rows, deadline):
+    if not HUNTS[name].applies_to(cluster.dist.version):
+        pytest.skip(f"{name} applies from Kafka {HUNTS[name].since}")
     result = hunt(HUNTS[name], cluster, artifacts_dir / "hunts",
                   pytestconfig.getoption("--spark-master"), max_examples=EXAMPLES, budget=BUDGET,
                   replays=0, seed=0, deadline=deadline, mode="concurrent")
@@ -40,9 +43,12 @@ def test_hunt_runs_with_its_faults_on_target(name, cluster, pytestconfig, artifa
     assert result.exercised.get("faults"), (name, result.exercised)
     histories = sorted((artifacts_dir / "hunts" / "trials" / f"{name}-concurrent").glob("*/history.jsonl"))
     assert histories
-    aimed = 0
+    aimed = reassigned = 0
     for history in histories:
         events = read_events(history)
+        assigned = Counter(e["process"] for e in events
+                           if e["f"] == "assign" and e["type"] == "ok" and not e.get("final"))
+        reassigned += sum(n - 1 for n in assigned.values())
         invoked = {e["op"]: e["value"] for e in events
                    if e["process"] == "nemesis" and e["type"] == "invoke"}
         for e in events:
@@ -54,3 +60,6 @@ def test_hunt_runs_with_its_faults_on_target(name, cluster, pytestconfig, artifa
                 assert e["type"] == "ok" and isinstance(e["value"]["node"], int), e
                 assert e["value"]["node"] in cluster.nodes
     assert aimed, f"{name}: no fault aimed at a coordinator or a partition's leader fired"
+    if HUNTS[name].config.get("consumer", {}).get("group.protocol") == "consumer":
+        # The group moved partitions between members while they ran.
+        assert reassigned, f"{name}: no subscribed consumer's assignment changed"

@@ -3,6 +3,8 @@ requests are in flight, crashed clients come back as new processes, and the corr
 pipeline stays clean."""
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from onceproof.checkers.history import NEMESIS, read_events
@@ -84,3 +86,41 @@ def test_a_rate_caps_the_ops_the_clients_start(cluster, tmp_path):
     # At most rate * duration steps, plus one per client for the first, unpaced op and
     # the commit that closes what is open at the end.
     assert 0 < len(steps) <= 20 * 5 + 2 * 9
+
+
+def test_subscribed_pipelines_record_each_rebalance_and_stay_exact(cluster, tmp_path):
+    if int(cluster.dist.version.split(".")[0]) < 4:
+        pytest.skip("KIP-848's consumer protocol is on by default from Kafka 4.0")
+    plan = _pipeline_plan(30, [{"at": 5, "crash": "x0"}, {"at": 17, "crash": "x0_1"}])
+    plan["consumer"] = {"group.protocol": "consumer"}
+    plan["mix"] = {"restart_after": 7}
+    for spec in plan["clients"].values():
+        if spec["role"] == "pipeline":
+            del spec["partitions"]
+            spec["pipeline"] = {"subscribe": True}
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    spans = _spans(events)
+
+    # A process does one op at a time, a poll split by a rebalance included.
+    by_process: dict[str, list] = {}
+    for p, _, invoked, completed in sorted(spans.values(), key=lambda s: s[2]):
+        by_process.setdefault(p, []).append((invoked, completed))
+    for p, ops in by_process.items():
+        if p != NEMESIS:
+            assert all(c is not None and c < nxt for (_, c), (nxt, _) in pairwise(ops)), p
+
+    # The group moved partitions: while a crashed member was away the others took its
+    # share, and its successor got a share when it came back. Every input partition
+    # was read.
+    assigned = [e for e in events if e["f"] == "assign" and e["type"] == "ok"
+                and e["process"].startswith("x")]
+    assert max(len(e["value"]["partitions"]) for e in assigned) > 2
+    assert {"x0.1", "x0_1.1"} <= {e["process"] for e in assigned if e["value"]["partitions"]}
+    read = {(r["partition"]) for e in events if e["f"] == "poll" and e["type"] == "ok"
+            and e["process"].startswith("x") for r in e["value"]["records"]}
+    assert read == set(range(6))
+
+    seen = trial.exercised
+    assert seen["commit_txn"] > 20 and seen["send_offsets"] > 20
+    assert trial.verdict.valid, trial.verdict.counts

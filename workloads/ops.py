@@ -42,7 +42,10 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
        "commit_timeout": "what a transactional client does when its commit fails with a "
                          "retriable error, a timeout most often: retry (the default, "
                          "librdkafka's advice; up to 3 attempts) or abort (what many "
-                         "applications do)"}
+                         "applications do)",
+       "restart_after": "seconds a crashed client's application takes to come back (default "
+                        "0; concurrent plans): time for its group to hand its partitions "
+                        "to the other members, and back when it rejoins"}
 COMMIT_TIMEOUT = ("retry", "abort")
 TXN_OPS = ("send", "send", "commit", "abort")
 RW_TXN_OPS = ("send", "poll", "send", "poll", "commit", "commit", "abort")

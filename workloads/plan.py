@@ -25,7 +25,7 @@ DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 214748
                     "message.timeout.ms": 15000, "request.timeout.ms": 5000,
                     "linger.ms": 5}
 DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
-DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True}
+DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True, "subscribe": False}
 
 
 class PlanError(ValueError):
@@ -86,6 +86,14 @@ def validate(plan) -> None:
                 bad(f"clients.{cid}.{key}", f"names no topic in plan.topics: {client[key]!r}")
         if client["role"] == "pipeline" and not {"input", "output"} <= set(client):
             bad(f"clients.{cid}", "a pipeline needs \"input\" and \"output\" topics")
+        settings = client.get("pipeline", {})
+        if (not isinstance(settings, dict) or not set(settings) <= set(DEFAULT_PIPELINE)
+                or not all(isinstance(v, bool) for v in settings.values())):
+            bad(f"clients.{cid}.pipeline", "maps any of "
+                f"{', '.join(DEFAULT_PIPELINE)} to true or false")
+        if settings.get("subscribe") and "partitions" in client:
+            bad(f"clients.{cid}", "a subscribing pipeline's partitions are the group's to "
+                "assign: drop \"partitions\" or \"subscribe\"")
         if "partitions" in client:
             read = client.get("input") or client.get("topic") or next(iter(topics))
             n = topics[read]["partitions"]
@@ -136,6 +144,9 @@ def _validate_concurrent(plan: dict, bad) -> None:
     unknown = sorted(set(mix) - set(MIX))
     if unknown:
         bad(f"mix.{unknown[0]}", f"is no mix setting; use {', '.join(MIX)}")
+    if "restart_after" in mix and not _number(mix["restart_after"], low=-1e-9):
+        bad("mix.restart_after", f"must be a number of seconds from 0, not "
+                                 f"{mix['restart_after']!r}")
     if mix.get("commit_timeout", "retry") not in COMMIT_TIMEOUT:
         bad("mix.commit_timeout", f"must be one of {', '.join(COMMIT_TIMEOUT)}, not "
                                   f"{mix['commit_timeout']!r}")

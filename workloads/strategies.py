@@ -159,7 +159,7 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
     """n clients dealt round-robin from the templates: template cid's copy k is cid
     itself for k = 0, else cid_k. Copies of a pipeline are one application scaled out:
     one consumer group (the template's), each copy reading its own share of the input
-    partitions."""
+    partitions, or, when they subscribe, whatever share the group gives it."""
     order = list(templates)
     dealt = {}
     copies: dict[str, list[str]] = {cid: [] for cid in order}
@@ -171,6 +171,10 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
     for cid, names in copies.items():
         spec = templates[cid]
         if spec["role"] != "pipeline" or len(names) < 2:
+            continue
+        if spec.get("pipeline", {}).get("subscribe"):
+            for name in names:
+                dealt[name]["group"] = spec.get("group", cid)
             continue
         parts = topics[spec["input"]]["partitions"]
         if parts < len(names):

@@ -38,12 +38,15 @@ class Suite:
     hunts: str = ""  # a hunt: the exposure it hunts for, and where it is described
     interval: float = 6.0  # concurrent plans: seconds between faults
     seconds: tuple[int, int] = CONCURRENT_SECONDS  # concurrent plans: how long, shortest first
+    crash_every: float = 15.0  # concurrent plans: seconds between client crashes
+    since: str = ""  # the first Kafka release the suite applies to, and why (after a colon)
 
     def strategy(self, nodes: int = 3, mode: str = "rounds"):
         """Plans of either shape, with the same workload, configs, op mix and faults."""
         if mode == "concurrent":
             return concurrent_plans(self.workload, faults=self.faults, duration=self.seconds,
-                                    nodes=nodes, interval=self.interval, crash_every=15.0,
+                                    nodes=nodes, interval=self.interval,
+                                    crash_every=self.crash_every,
                                     config=self.config, options=self.options)
         return plans(self.workload, faults=self.faults, fault_percent=self.fault_percent,
                      max_rounds=self.max_rounds, nodes=nodes, config=self.config,
@@ -56,6 +59,16 @@ class Suite:
     @property
     def is_hunt(self) -> bool:
         return bool(self.hunts)
+
+    def applies_to(self, kafka_version: str) -> bool:
+        if not self.since:
+            return True
+        first = self.since.split(":")[0]
+        return _release(kafka_version) >= _release(first)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
 SUITES = {s.name: s for s in [
@@ -153,4 +166,23 @@ HUNTS = {s.name: s for s in [
           seconds=HUNT_SECONDS,
           hunts="librdkafka #5456 and #5511: send_offsets_to_transaction blocks past its "
                 "timeout when the group coordinator goes away"),
+    Suite("kip848_rebalance",
+          "consume-transform-produce pipelines of one group on KIP-848's consumer "
+          "rebalance protocol (group.protocol=consumer), subscribed to their input, while "
+          "members crash and rejoin every few seconds and the group coordinator is paused, "
+          "killed, cut off or slowed, so partitions move while transactions hold input "
+          "from them",
+          frozenset(), "pipeline",
+          config={"consumer": {"group.protocol": "consumer"},
+                  "clients": {"x0": {"pipeline": {"subscribe": True}}}},
+          # A crashed member stays away longer than the group's 5 s heartbeat, so its
+          # partitions move to the others, and move again when it rejoins.
+          options={"restart_after": 8},
+          faults=("pause_group_coordinator", "kill_group_coordinator",
+                  "isolate_group_coordinator", "slow_group_coordinator"),
+          seconds=HUNT_SECONDS, crash_every=4.0,
+          since="4.0: Kafka 3.9 ships the consumer protocol as a preview, off by default",
+          hunts="KIP-848 (GA in Kafka 4.0 and librdkafka 2.12): reports of stalls and "
+                "STALE_MEMBER_EPOCH commit failures; a KIP under discussion says the broker "
+                "accepts transactional offsets for partitions the member does not own"),
 ]}

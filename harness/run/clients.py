@@ -341,14 +341,27 @@ class TxnProducer(Client):
 
 
 class TopicConsumer(Client):
-    """A consumer assigned every partition of its topic, in its own group."""
+    """A consumer in its own group, assigned every partition of its topic (or the plan
+    client's `partitions`), or subscribed to the topic so that the group assigns them.
+
+    A subscribed consumer's assignment changes inside a poll: librdkafka runs the
+    rebalance callbacks from the poll call. The history records each change as an
+    `assign` op, which splits the poll around it: the records the call hands over are
+    the second part's, after the reassignment (they reach the application only when
+    the call returns)."""
     role = "consumer"
 
-    def __init__(self, *a, topic: str | None = None, final: bool = False):
+    def __init__(self, *a, topic: str | None = None, final: bool = False,
+                 subscribe: bool = False):
         super().__init__(*a)
         from onceproof.workloads.plan import DEFAULT_CONSUMER
         self.topic = topic or self.topic
         self.final = final
+        self.subscribed = subscribe
+        # The poll op in progress (its history handle, transaction and value), which a
+        # reassignment splits; partitions revoked since the owner last cleared the set.
+        self._poll: tuple[int, str | None, dict] | None = None
+        self.revoked: set[int] = set()
         self.group = self.ctx.group(self.spec.get("group", self.cid))
         config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
         self.isolation = config["isolation.level"]
@@ -362,10 +375,43 @@ class TopicConsumer(Client):
         # still report the position from before a seek), so an application that
         # committed it would commit offsets it never reached.
         self.positions: dict[int, int] = {}
+        if subscribe:
+            self.tps = []
+            self.consumer.subscribe([self.ctx.topic(self.topic)], on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_revoke)
+            return
         parts = [{"topic": self.topic, "partition": tp.partition} for tp in self.tps]
         h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=final)
         self.consumer.assign(self.tps)
         self.w.ok(h, {"partitions": parts})
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        self._reassigned(added=[tp.partition for tp in partitions], removed=[])
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        self._reassigned(added=[], removed=[tp.partition for tp in partitions])
+
+    def _reassigned(self, added: list[int], removed: list[int]) -> None:
+        """Record the whole new assignment as an assign op. Runs inside librdkafka's
+        call (a poll, or close), so it must not raise."""
+        if not added and not removed:
+            return  # librdkafka also calls back when a rebalance leaves this member as it was
+        now = sorted({tp.partition for tp in self.tps} - set(removed) | set(added))
+        self.tps = [TopicPartition(self.ctx.topic(self.topic), p) for p in now]
+        self.revoked.update(removed)
+        for p in (*added, *removed):
+            # Where a newly assigned partition starts is the group's to say: unknown
+            # until the next record from it.
+            self.positions.pop(p, None)
+        if self._poll is not None:
+            self.w.ok(self._poll[0], {"isolation": self.isolation, "records": []})
+        parts = [{"topic": self.topic, "partition": p} for p in now]
+        h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=self.final)
+        self.w.ok(h, {"partitions": parts})
+        if self._poll is not None:
+            _, txn, value = self._poll
+            self._poll = (self.w.invoke(self.process, "poll", value, txn=txn,
+                                        final=self.final), txn, value)
 
     def _tp(self, tp: TopicPartition) -> dict:
         return {"topic": self.ctx.plan_topic(tp.topic), "partition": tp.partition}
@@ -380,13 +426,18 @@ class TopicConsumer(Client):
 
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
         timeout = op.get("timeout", 1.0)
-        h = self.w.invoke(self.process, "poll", timed({"isolation": self.isolation,
-                                                       "group": self.group}, timeout),
-                          txn=txn, final=self.final)
+        value = timed({"isolation": self.isolation, "group": self.group}, timeout)
+        self._poll = (self.w.invoke(self.process, "poll", value, txn=txn, final=self.final),
+                      txn, value)
+        failure: KafkaException | None = None
         try:
             msgs = self.consumer.consume(op.get("n", 10), timeout)
         except KafkaException as exc:
-            self.w.fail(h, describe(error_of(exc) or exc))
+            msgs, failure = [], exc
+        # A reassignment during the call may have split the op being recorded.
+        h, self._poll = self._poll[0], None
+        if failure is not None:
+            self.w.fail(h, describe(error_of(failure) or failure))
             return []
         records = [self._record(m) for m in msgs if m.error() is None]
         self.w.ok(h, {"isolation": self.isolation, "records": records})
@@ -402,19 +453,36 @@ class TopicConsumer(Client):
     def _low(self, tp: TopicPartition) -> int:
         return self.consumer.get_watermark_offsets(tp, timeout=10)[0]
 
-    def seek_to(self, offsets: list[TopicPartition], txn: str | None = None) -> None:
-        """Move positions; recorded as a seek with the absolute offsets it resolved to."""
+    def seek_to(self, offsets: list[TopicPartition], txn: str | None = None) -> bool:
+        """Move positions; recorded as a seek with the absolute offsets it resolved to.
+        Returns whether every position moved."""
+        if not offsets:
+            return True
         positions = [dict(self._tp(tp), offset=tp.offset) for tp in offsets]
         h = self.w.invoke(self.process, "seek", {"positions": positions}, txn=txn, final=self.final)
+        moved = 0
         try:
-            # Assigning with explicit offsets sets positions whether or not fetching has
-            # started, which seek() does not.
-            self.consumer.assign(offsets)
+            if self.subscribed:
+                # The group owns the assignment: seek within it, one partition at a time.
+                for tp in offsets:
+                    self.consumer.seek(tp)
+                    moved += 1
+            else:
+                # Assigning with explicit offsets sets positions whether or not fetching
+                # has started, which seek() does not.
+                self.consumer.assign(offsets)
         except KafkaException as exc:
-            self.w.fail(h, describe(error_of(exc) or exc))
-            return
+            # Some partitions may have moved already: where this consumer stands is unknown.
+            if moved:
+                self.w.info(h, describe(error_of(exc) or exc))
+                for tp in offsets:
+                    self.positions.pop(tp.partition, None)
+            else:
+                self.w.fail(h, describe(error_of(exc) or exc))
+            return False
         self.w.ok(h, {"positions": positions})
         self.positions.update({tp.partition: tp.offset for tp in offsets})
+        return True
 
     def resolve(self, to: str, back: int = 0) -> list[TopicPartition] | None:
         try:
@@ -491,7 +559,13 @@ class Pipeline(TxnProducer):
     consumer after the transaction commits) and `rewind_on_abort` (else the consumer
     keeps its position after an abort and the aborted input is never processed again).
     An op may ask for `abort` (the application aborts) or `crash` (the process dies at
-    its most harmful point and restarts with new clients)."""
+    its most harmful point and restarts with new clients).
+
+    With `subscribe` the group assigns the input partitions (the rebalance protocol is
+    the consumer config's `group.protocol`). A partition can then be taken away while a
+    transaction holds input from it; the application aborts that transaction, as
+    Kafka's guidance for transactional consumers says to, rather than commit offsets
+    for a partition another member now reads."""
     role = "pipeline"
 
     def __init__(self, *a):
@@ -505,7 +579,7 @@ class Pipeline(TxnProducer):
         spec = dict(self.spec, group=self.spec.get("group", self.cid),
                     config={"isolation.level": "read_committed"})
         self.reader = TopicConsumer(self.cid, spec, self.plan, self.ctx, self.process,
-                                    topic=self.input)
+                                    topic=self.input, subscribe=self.config["subscribe"])
 
     def crash(self):
         self.reader.crash()
@@ -523,7 +597,10 @@ class Pipeline(TxnProducer):
         if self.txn is None:
             return
         txn = self.txn
+        self.reader.revoked.clear()
         inputs = self.reader.op_poll({"n": op.get("n", 5), "timeout": op.get("timeout", 1.0)}, txn=txn)
+        if self.reader.revoked & {r["partition"] for r in inputs}:
+            self.must_abort = True
         out_parts = self.ctx.partitions[self.output]
         outputs = [{"topic": self.output, "partition": r["partition"] % out_parts, "key": r["key"],
                     "value": self.ctx.value(), "source": r["value"]} for r in inputs]
@@ -556,8 +633,7 @@ class Pipeline(TxnProducer):
         deadline = time.monotonic() + OP_TIMEOUT
         while time.monotonic() < deadline:
             offsets = self.reader.resolve("committed")
-            if offsets is not None:
-                self.reader.seek_to(offsets)
+            if offsets is not None and self.reader.seek_to(offsets):
                 return
             time.sleep(0.2)
         self.reader.close()

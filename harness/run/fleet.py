@@ -11,6 +11,7 @@ The history records each replacement as an `info` op of the nemesis (docs/histor
 from __future__ import annotations
 
 import threading
+import time
 
 from confluent_kafka import KafkaException
 
@@ -33,9 +34,10 @@ class Fleet:
         return CLIENTS[spec["role"]](cid, spec, self.plan, self.ctx, process)
 
     def replace(self, cid: str, why: str, detail: str, op: dict | None = None,
-                gone: Client | None = None) -> Client:
+                gone: Client | None = None, after: float = 0.0) -> Client:
         """Retire the process running cid (unless `gone` names one that is already
-        retired) and start the next; record the replacement. Returns the current client."""
+        retired) and start the next `after` seconds later; record the replacement.
+        Returns the current client."""
         with self._lock:
             old = self.current[cid]
             if gone is not None and old is not gone:
@@ -52,6 +54,7 @@ class Fleet:
                 old.crash()
             except KafkaException:
                 pass  # a crash records nothing either way
+        time.sleep(after)
         # The first incarnation was made with the same config, so this one can be too.
         new = self._make(cid, process)
         with self._lock:

@@ -60,7 +60,8 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
             while not stop.is_set() and not w.retired:
                 if w.crash.is_set():
                     w.crash.clear()
-                    fleet.replace(w.cid, CRASHED, "crashed by the plan's schedule")
+                    fleet.replace(w.cid, CRASHED, "crashed by the plan's schedule",
+                                  after=mix.get("restart_after", 0.0))
                     state = {}  # the new process has nothing open
                 op = next_op(spec["role"], state, choose, mix)
                 if op is None:
