@@ -181,7 +181,9 @@ HUNTS = {s.name: s for s in [
           faults=("pause_group_coordinator", "kill_group_coordinator",
                   "isolate_group_coordinator", "slow_group_coordinator"),
           seconds=HUNT_SECONDS, crash_every=4.0,
-          since="4.0: Kafka 3.9 ships the consumer protocol as a preview, off by default",
+          since="4.0: before it the consumer protocol is early access, off by default and "
+                "not for production (its 3.7 notes have transactions run with KIP-890's "
+                "verification turned off)",
           hunts="KIP-848 (GA in Kafka 4.0 and librdkafka 2.12): reports of stalls and "
                 "STALE_MEMBER_EPOCH commit failures; a KIP under discussion says the broker "
                 "accepts transactional offsets for partitions the member does not own"),
