@@ -43,6 +43,9 @@ def test_a_concurrent_plan_validates_and_sizes_by_what_a_shrink_removes():
     ({"schedule": [{"at": 3}]}, "schedule[0]: must be"),
     ({"clients": {"x0": {"role": "pipeline", "input": "t"}}}, "needs \"input\" and \"output\""),
     ({"clients": {"c0": {"role": "consumer", "partitions": [3]}}}, "partitions of t (0..2)"),
+    ({"clients": {"p0": {"role": "producer", "threads": 0}}}, "threads: must be an integer from 1"),
+    ({"clients": {"p0": {"role": "producer", "threads": 17}}}, "threads: must be an integer from 1"),
+    ({"clients": {"w0": {"role": "rw_txn", "threads": 2}}}, "only a producer"),
 ])
 def test_a_bad_concurrent_plan_is_one_line_that_names_the_place(changes, words):
     with pytest.raises(PlanError) as caught:

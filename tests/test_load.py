@@ -124,3 +124,20 @@ def test_subscribed_pipelines_record_each_rebalance_and_stay_exact(cluster, tmp_
     seen = trial.exercised
     assert seen["commit_txn"] > 20 and seen["send_offsets"] > 20
     assert trial.verdict.valid, trial.verdict.counts
+
+
+def test_a_producer_with_threads_keeps_several_sends_in_flight_on_one_producer(cluster, tmp_path):
+    plan = {"topics": {"t": {"partitions": 6}},
+            "clients": {"p0": {"role": "producer", "threads": 4, "seed": 1},
+                        "c0": {"role": "consumer", "seed": 2}},
+            "duration": 8, "mix": {"max_records": 6}, "schedule": []}
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    sends = [s for s in _spans(events).values() if s[1] == "send"]
+    assert {s[0] for s in sends} == {"p0", "p0~1", "p0~2", "p0~3"}
+    # Some send began while another thread's send was still waiting for its acks.
+    overlapping = [a for a in sends for b in sends
+                   if a[0] != b[0] and b[2] < a[2] < (b[3] if b[3] is not None else a[2] + 1)]
+    assert len(overlapping) > len(sends) // 4
+    assert trial.exercised["acknowledged_writes"] > 100
+    assert trial.verdict.valid, trial.verdict.counts

@@ -25,6 +25,8 @@ DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 214748
                     "message.timeout.ms": 15000, "request.timeout.ms": 5000,
                     "linger.ms": 5}
 DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
+# Most threads one producer client may run (a client spec's `threads`).
+MAX_THREADS = 16
 DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True, "subscribe": False}
 
 
@@ -102,6 +104,13 @@ def validate(plan) -> None:
                 bad(f"clients.{cid}.partitions", f"must be a list of partitions of {read} (0..{n - 1})")
         if "seed" in client and not isinstance(client["seed"], int):
             bad(f"clients.{cid}.seed", "must be an integer")
+        if "threads" in client:
+            if client["role"] != "producer" or "duration" not in plan:
+                bad(f"clients.{cid}.threads", "only a producer of a concurrent plan runs "
+                    "several threads")
+            if (not isinstance(client["threads"], int) or isinstance(client["threads"], bool)
+                    or not 1 <= client["threads"] <= MAX_THREADS):
+                bad(f"clients.{cid}.threads", f"must be an integer from 1 to {MAX_THREADS}")
     if concurrent(plan):
         _validate_concurrent(plan, bad)
     else:

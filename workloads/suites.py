@@ -145,12 +145,13 @@ HUNTS = {s.name: s for s in [
                 "lands in the next; librdkafka speaks transaction protocol v1, which KIP-890 "
                 "part 2 does not protect (librdkafka #5423)"),
     Suite("idempotent_leader_churn",
-          "idempotent producers (acks=all, 5 requests in flight) sending each batch across "
-          "up to 12 of 12 partitions, while partition leaders are killed, paused, cut off "
-          "or slowed every 8-12 s",
+          "idempotent producers (acks=all, 5 requests in flight), each sending from 4 "
+          "threads at once, every send across up to 12 of 12 partitions, while partition "
+          "leaders are killed, paused, cut off or slowed every 8-12 s",
           frozenset(), "producers",
           config={"topics": {"t": {"partitions": 12}},
-                  "producer": {"max.in.flight.requests.per.connection": 5, "linger.ms": 20}},
+                  "producer": {"max.in.flight.requests.per.connection": 5, "linger.ms": 20},
+                  "clients": {"p0": {"threads": 4}, "p1": {"threads": 4}}},
           options={"max_records": 12},
           faults=("kill_leader", "pause_leader", "isolate_leader", "slow_leader"),
           interval=8.0, seconds=HUNT_SECONDS,

@@ -79,7 +79,9 @@ class Client:
         self.w = ctx.writer
         self.topic = spec.get("topic") or next(iter(plan["topics"]))
 
-    def run(self, op: dict) -> None:
+    def run(self, op: dict, lane: int = 0) -> None:
+        """Run op; `lane` is which of the client's threads runs it (only a producer with
+        several `threads` has more than one)."""
         getattr(self, "op_" + op["f"])(op)
 
     def close(self) -> None:
@@ -88,6 +90,12 @@ class Client:
     def crash(self) -> None:
         """Stop as a killed process would: nothing flushed, committed or aborted. What
         it left open (a transaction) is for the next incarnation to fence and abort."""
+
+
+def lane_process(process: str, lane: int) -> str:
+    """The history's name for thread `lane` of a client process: the process itself for
+    the first, `process~lane` for the others. Each does one op at a time."""
+    return process if lane == 0 else f"{process}~{lane}"
 
 
 class Hung(Exception):
@@ -141,8 +149,11 @@ def timed(value: dict, seconds: float) -> dict:
 
 
 def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict],
-          ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT) -> tuple[str, list]:
-    """Produce records as one send op; return its outcome and the errors seen."""
+          ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT,
+          shared: bool = False) -> tuple[str, list]:
+    """Produce records as one send op; return its outcome and the errors seen. A
+    `shared` producer has other threads' sends in flight: wait for this send's own
+    delivery reports, since a flush would wait for theirs too."""
     op = w.invoke(process, "send", timed({"records": records}, timeout), txn=txn)
     out = [dict(r, offset=None) for r in records]
     errors: list[KafkaError | None] = [None] * len(records)
@@ -166,7 +177,13 @@ def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict
         except KafkaException as exc:
             errors[i] = error_of(exc)
     try:
-        producer.flush(timeout)
+        if shared:
+            deadline = time.monotonic() + timeout
+            while (time.monotonic() < deadline
+                   and not all(d or e is not None for d, e in zip(delivered, errors, strict=True))):
+                producer.poll(0.05)
+        else:
+            producer.flush(timeout)
     except KafkaException as exc:
         # A transactional producer's flush raises its fatal error (fenced, most often:
         # Kafka 4 bumps the epoch when it aborts a timed-out transaction). Records not
@@ -192,15 +209,23 @@ def _records(ctx: RunContext, cid: str, topic: str, op: dict, n_default: int = 1
 
 
 class PlainProducer(Client):
-    """Sends outside transactions, with whatever idempotence, acks and retries the plan sets."""
+    """Sends outside transactions, with whatever idempotence, acks and retries the plan
+    sets. With `threads` > 1 its threads share the one producer, each waiting only for
+    its own send, so as many sends as threads are in flight at once: one application
+    producing from several threads, as a server does for its requests."""
     role = "producer"
 
     def __init__(self, *a):
         super().__init__(*a)
         self.producer = Producer(_producer_config(self.ctx, self.plan, self.spec))
+        self.shared = self.spec.get("threads", 1) > 1
 
-    def op_send(self, op):
-        _send(self.w, self.producer, self.process, _records(self.ctx, self.cid, self.topic, op), self.ctx)
+    def run(self, op: dict, lane: int = 0) -> None:
+        producer = self.producer
+        if producer is None:
+            return  # crashed while this thread was between ops: its successor takes over
+        _send(self.w, producer, lane_process(self.process, lane),
+              _records(self.ctx, self.cid, self.topic, op), self.ctx, shared=self.shared)
 
     def close(self):
         self.producer.flush(5)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 
+from onceproof.run.clients import lane_process
 from onceproof.run.fleet import CRASHED, ERROR, HUNG, Fleet
 from onceproof.workloads.ops import Seeded, closing_op, next_op
 
@@ -24,12 +25,16 @@ from onceproof.workloads.ops import Seeded, closing_op, next_op
 HANG_AFTER = 120.0
 # How often the watchdog looks and reports progress.
 TICK = 0.5
+# Seeds of a client's threads after its first: its seed plus a multiple of this.
+LANE_SEED_STEP = 1_000_003
 
 
 @dataclass
 class Worker:
-    """One client's thread and what it is doing now."""
+    """One thread of a client (a producer may run several, its `threads`, sharing one
+    producer instance) and what it is doing now."""
     cid: str
+    lane: int = 0  # which of the client's threads: its ops are recorded as lane_process
     thread: threading.Thread | None = None
     op: dict | None = None
     since: float = 0.0  # monotonic start of the current op
@@ -45,15 +50,17 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
     duration = float(plan["duration"])
     mix = plan.get("mix", {})
     rate = plan.get("rate")
-    interval = len(plan["clients"]) / rate if rate else 0.0  # between one client's ops
+    workers = {lane_process(cid, lane): Worker(cid, lane) for cid, spec in plan["clients"].items()
+               for lane in range(spec.get("threads", 1))}
+    interval = len(workers) / rate if rate else 0.0  # between one thread's ops
     stop = threading.Event()
     errors: list[BaseException] = []
-    workers = {cid: Worker(cid) for cid in plan["clients"]}
     start = time.monotonic()
 
     def work(w: Worker, thread_stop: threading.Event) -> None:
         spec = plan["clients"][w.cid]
-        choose = Seeded(spec.get("seed", 0))
+        # Each thread of a client has its own op stream, a function of the client's seed.
+        choose = Seeded(spec.get("seed", 0) + w.lane * LANE_SEED_STEP)
         state: dict = {}
         next_at = time.monotonic()
         try:
@@ -74,7 +81,7 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
                 w.op, w.since = op, time.monotonic()
                 w.ops += 1
                 try:
-                    client.run(op)
+                    client.run(op, w.lane)
                 except KafkaException as exc:
                     fleet.replace(w.cid, ERROR, f"client {client.process} stopped: {exc}", op,
                                   gone=client)
@@ -104,6 +111,8 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
                 if stop.wait(max(0.0, start + entry["at"] - time.monotonic())):
                     return
                 if "crash" in entry:
+                    # The application dies as one: its first thread replaces it, and the
+                    # others go on with the replacement from their next op.
                     workers[entry["crash"]].crash.set()
                 else:
                     fire(entry["fault"])
@@ -148,6 +157,6 @@ def _retire(w: Worker, fleet: Fleet, workers: dict[str, Worker], start_worker) -
     fleet.replace(w.cid, HUNG, f"{fleet.current[w.cid].process}'s op had not returned "
                   f"{HANG_AFTER:.0f} s after it began", w.op)
     if start_worker is not None:
-        fresh = Worker(w.cid, ops=w.ops)
-        workers[w.cid] = fresh
+        fresh = Worker(w.cid, w.lane, ops=w.ops)
+        workers[lane_process(w.cid, w.lane)] = fresh
         start_worker(fresh)
