@@ -37,11 +37,13 @@ def show(verdict: Verdict, console: Console | None = None) -> None:
 def run_check(history: str, spark_master: str | None = None, json_out: str | None = None,
               console: Console | None = None) -> int:
     """Check `history`, print the verdict, optionally save it; the exit code: 0 valid
-    and live, 1 violations or stalls. (HistoryError, for what could not be checked,
-    propagates.)"""
+    and live, 1 violations or stalls, 2 no verdict for want of evidence. (HistoryError,
+    for what could not be checked, propagates.)"""
     from .verdict import check
     verdict = check(history, spark_master=spark_master)
     show(verdict, console)
     if json_out:
         Path(json_out).write_text(verdict.to_json())
+    if verdict.unknown is not None:
+        return 2
     return 0 if verdict.fine else 1

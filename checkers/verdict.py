@@ -43,13 +43,16 @@ class Verdict:
     liveness anomaly (a call that overstayed its timeout). counts: anomalies per type.
     examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS. notes: the
     types found whose anomalies are notes; stalls: those that are liveness anomalies.
-    stats: about the history."""
+    stats: about the history. unknown: why there is no verdict at all, when the history
+    holds nothing the claims can be judged on (docs/checkers.md, "Evidence"); then
+    valid and live say only that nothing was found."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     stalls: list[str] = field(default_factory=list)
+    unknown: str | None = None
 
     @property
     def live(self) -> bool:
@@ -57,8 +60,8 @@ class Verdict:
 
     @property
     def fine(self) -> bool:
-        """Nothing to report but notes: valid and live."""
-        return self.valid and self.live
+        """Nothing to report but notes, on evidence: decided, valid and live."""
+        return self.unknown is None and self.valid and self.live
 
     def severity(self, t: str) -> str:
         """How a type found in this history counts: violation, note or liveness."""
@@ -73,7 +76,7 @@ class Verdict:
         return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
-                   stalls=list(d.get("stalls", [])))
+                   stalls=list(d.get("stalls", [])), unknown=d.get("unknown"))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -86,6 +89,8 @@ class Verdict:
     @property
     def headline(self) -> str:
         """The verdict in a few words: safety first, then liveness when it failed."""
+        if self.unknown is not None:
+            return f"UNKNOWN: {self.unknown}"
         return ("VALID" if self.valid else "INVALID") + ("" if self.live else ", NOT LIVE")
 
     def summary(self) -> str:
@@ -102,6 +107,18 @@ class Verdict:
         if not self.counts:
             lines.append("  no anomalies")
         return "\n".join(lines)
+
+
+def missing_evidence(stats: dict) -> str | None:
+    """What the history lacks for a verdict, or None when it has evidence: a record that
+    may be in the log, a record read, or an offset that may be committed or was fetched."""
+    evidence = stats.get("evidence")
+    if evidence is None:  # tables converted before stats held it: judge by their counts
+        evidence = {"writes": stats.get("writes", 0), "records_read": stats.get("reads", 0)}
+    if any(evidence.values()):
+        return None
+    return ("no write that may have happened, no record read and no offset committed or "
+            "fetched: nothing to judge Kafka's claims on")
 
 
 def _order(t: str) -> int:
@@ -176,7 +193,9 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     stats["check_seconds"] = round(time.perf_counter() - started, 3)
     stats["anomalies"] = len(found)
     stats["engine"] = "local" if local else "spark"
-    return Verdict(valid=not violating, counts={t: per_type[t] for t in order},
+    # What was found is reported whatever else is missing (a stall needs no record).
+    return Verdict(unknown=None if per_type else missing_evidence(stats),
+                   valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
                    notes=[t for t in order if t not in violating | stalling], stats=stats,
                    stalls=[t for t in order if t in stalling])

@@ -367,7 +367,8 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
               help="Also write the verdict as JSON to this file.")
 def check_command(history: str, spark_master: str | None, json_out: str | None) -> None:
     """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
-    Exit 0: valid; 1: anomalies; 2: the history could not be checked."""
+    Exit 0: valid; 1: anomalies or stalls; 2: the history could not be checked, or holds
+    nothing to judge (verdict UNKNOWN)."""
     from onceproof.checkers.history import HistoryError
     from onceproof.checkers.render import run_check
     try:

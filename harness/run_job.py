@@ -123,7 +123,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             folder = root / f"run-{i + 1}"
             trial = run_trial(plan, cluster, folder, opts.spark_master, on_progress=on_progress)
             progress.update(task, completed=1.0,
-                            status=trial.verdict.headline.lower() if trial.verdict.fine else
+                            status=trial.verdict.headline.lower()
+                            if trial.verdict.fine or trial.verdict.unknown else
                             "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
             anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})
             _finish_folder(trial, cluster)
@@ -132,7 +133,10 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     if not trials:
         raise SetupError("the time budget ran out before the first run; raise --time-budget")
     _summary(console, trials, root)
-    return 0 if all(t.verdict.fine for t in trials) else 1
+    if not all(t.verdict.valid and t.verdict.live for t in trials):
+        return 1
+    # A run without evidence decided nothing: the harness could not tell.
+    return 2 if any(t.verdict.unknown for t in trials) else 0
 
 
 def _finish_folder(trial, cluster: Cluster) -> None:
@@ -177,5 +181,8 @@ def _summary(console: Console, trials, root: Path) -> None:
         console.print(found)
     valid, live = all(t.verdict.valid for t in trials), all(t.verdict.live for t in trials)
     headline = ("VALID" if valid else "ANOMALIES FOUND") + ("" if live else ", NOT LIVE")
+    unknown = [t for t in trials if t.verdict.unknown]
+    if unknown and valid:
+        headline += f", {len(unknown)} of {len(trials)} run{'s' if len(trials) > 1 else ''} UNKNOWN"
     console.print(f"[bold]{headline}[/bold]: "
                   f"reports: " + ", ".join(str(t.folder / 'report.html') for t in trials))

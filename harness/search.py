@@ -127,7 +127,7 @@ def shows(suite: Suite, trial: Trial) -> bool:
     suite, any violation or stall for a hunt, one of its expected anomalies for a
     known-bad one."""
     if suite.is_hunt:
-        return not trial.verdict.fine
+        return not (trial.verdict.valid and trial.verdict.live)
     if suite.known_good:
         return not trial.verdict.valid
     return bool(trial.anomalies & suite.expect)

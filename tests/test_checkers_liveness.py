@@ -40,7 +40,8 @@ def test_a_call_within_its_timeout_and_grace_is_live(tmp_path):
     late = LATE_MS / 1000
     v = check(_history(tmp_path / "h.jsonl", _commit(20_000, 0, "ok", 20 + late - 0.1),
                        _commit(20_000, 30, "info", 49, "timed out")), local=True)
-    assert v.fine and "late_return" not in found(v), v.summary()
+    # Live; and with no record written or read, safety has nothing to judge.
+    assert v.live and v.unknown and "late_return" not in found(v), v.summary()
 
 
 def test_a_call_that_returns_late_is_a_stall_not_a_violation(tmp_path):
@@ -108,3 +109,30 @@ def test_on_a_real_run_a_stall_is_exactly_a_call_past_its_timeout(cluster, tmp_p
     assert v.counts.get("late_return", 0) == len(over), v.summary()
     assert late <= over
     assert v.live == (not over)
+
+
+@pytest.mark.parametrize("ops", [
+    [],  # an empty history
+    [("p", "send", {"records": [{"topic": "t", "partition": 0, "key": None, "value": 1}]},
+      1, None, 0, None)],  # a send that never completed
+    [("p", "send", {"records": [{"topic": "t", "partition": 0, "key": None, "value": 1}]},
+      1, "fail", 2, "refused")],  # a send that certainly did not happen
+    [("c", "poll", {"isolation": "read_committed"}, 1, "ok", 2, None)],  # read nothing
+])
+def test_a_history_with_nothing_to_judge_has_no_verdict(tmp_path, capsys, ops):
+    h = _history(tmp_path / "h.jsonl", *ops) if ops else tmp_path / "h.jsonl"
+    if not ops:
+        h.write_text("")
+    assert run_check(str(h), json_out=str(tmp_path / "v.json")) == 2
+    v = check(h)
+    assert v.unknown and not v.fine and v.headline.startswith("UNKNOWN: ")
+    assert "UNKNOWN" in capsys.readouterr().out
+    assert json.loads((tmp_path / "v.json").read_text())["unknown"] == v.unknown
+
+
+def test_one_acknowledged_write_is_evidence(tmp_path):
+    record = {"topic": "t", "partition": 0, "key": None, "value": 1}
+    h = _history(tmp_path / "h.jsonl",
+                 ("p", "send", {"records": [record]}, 1, "ok", 2, None))
+    v = check(h)
+    assert v.unknown is None and v.fine and v.headline == "VALID"

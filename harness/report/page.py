@@ -98,7 +98,8 @@ def _read_verdict(path: Path) -> dict | None:
                 for t, exs in (d.get("examples") or {}).items()}
     return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
             "examples": examples, "notes": list(d.get("notes") or []),
-            "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {})}
+            "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {}),
+            "unknown": d.get("unknown")}
 
 
 def _template() -> jinja2.Template:
