@@ -145,7 +145,8 @@ REGISTRY: tuple[Anomaly, ...] = (
     _a("nonmonotonic_send", "ordering", """
        One process's acknowledged sends to one partition (outside transactions, or
        within one transaction), in the order it sent them, got offsets that do not
-       increase (within one send, too).""",
+       increase (within one send, too). An offset is the ack's, or else the one a read
+       returned for the record's value.""",
        _w(**_AT, op="the later send", offset="", value="", txn="",
           detail="the previous send and its offset")),
     _a("commit_order", "ordering", """

@@ -20,15 +20,20 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     got offsets that do not increase. A send is acknowledged once appended, and a
     process sends one op at a time, so each later append must land later; within one
     send, records to one partition are appended in order unless the producer reorders
-    retried batches (a non-idempotent producer with several requests in flight)."""
-    w = pl.writes
-    w = w[(w["type"] == "ok").to_numpy(dtype=bool) & w["offset"].notna().to_numpy(dtype=bool)]
+    retried batches (a non-idempotent producer with several requests in flight).
+
+    A record's offset is its ack's, or else the offset a read returned for its value
+    (values are unique). Only sends that ended ok count: one that ended in info may
+    still be retried, and appended, after the process's next send."""
+    known = pl.write_bounds["known"].to_numpy(dtype=float, na_value=np.nan)
+    w = pl.writes.assign(offset=known)
+    w = w[(w["type"] == "ok").to_numpy(dtype=bool) & ~np.isnan(known)]
     out: list[dict] = []
     if len(w) < 2:
         return out
     w = w.assign(_t=w["txn"].fillna("")).sort_values(["process", "_t", "invoke_index", "rec"])
     same = (w["process"].eq(w["process"].shift()) & w["_t"].eq(w["_t"].shift())).to_numpy()
-    offs = w["offset"].to_numpy(dtype=np.int64)
+    offs = w["offset"].to_numpy(dtype=float).astype(np.int64)
     prev = np.r_[0, offs[:-1]]
     prev_op = np.r_[0, w["op"].to_numpy(dtype=np.int64)[:-1]]
     for i in np.flatnonzero(same & (offs <= prev)):

@@ -175,3 +175,13 @@ def test_values_beyond_float_precision_stay_distinct(tmp_path):
     v = verdict(h)
     assert found(v) == {"lost_write"}
     example(v, "lost_write", op=lost, value=2**60 + 2)
+
+
+def test_a_send_whose_ack_had_no_offset_is_ordered_by_where_a_read_found_it(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 5)])
+    h.send("p", [(0, 2)])  # acknowledged without an offset; a read finds it at 3
+    h.poll("c", [(0, 3, 2), (0, 5, 1)])
+    v = verdict(h)
+    assert v.counts.get("nonmonotonic_send") == 1, v.summary()
+    example(v, "nonmonotonic_send", process="p", offset=3, value=2)
