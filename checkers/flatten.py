@@ -150,7 +150,8 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteInde
 def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
-    positions unknown."""
+    positions unknown; except, for an assign, the partitions it says the client `kept`
+    (an incremental assignment keeps the positions of partitions that stay)."""
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
     sought = explode_frame(events, (f == "seek") & (t == "invoke"), "positions")
     sought = sought.merge(ops[["op", "process", "type", "invoke_index", "complete_index"]],
@@ -164,6 +165,11 @@ def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
     causes = causes[causes["process"] != NEMESIS]
     resets = causes[["op", "process", "f", "invoke_index", "complete_index"]].merge(
         touched, on="process")
+    kept = explode_frame(events, (f == "assign") & (t == "invoke"), "kept")
+    if len(kept) and len(resets):
+        kept = kept[["op", "topic", "partition"]].assign(_kept=True)
+        resets = resets.merge(kept, on=["op", "topic", "partition"], how="left")
+        resets = resets[resets["_kept"].isna().to_numpy(dtype=bool)]
     resets = resets.assign(kind="reset",
                            cause=np.where(resets["f"] == "assign", "assign", "info"))
     resets["offset"] = pd.array([pd.NA] * len(resets), dtype="Int64")

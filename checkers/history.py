@@ -47,7 +47,7 @@ PARTITION = pa.struct([("topic", S), ("partition", I), ("low", I), ("high", I), 
 VALUE = pa.struct([
     ("records", pa.list_(RECORD)), ("isolation", S), ("group", S), ("tid", S),
     ("positions", pa.list_(POSITION)), ("partitions", pa.list_(PARTITION)),
-    ("offsets", pa.list_(POSITION)), ("timeout_ms", I),
+    ("offsets", pa.list_(POSITION)), ("timeout_ms", I), ("kept", pa.list_(PARTITION)),
 ])
 EVENT = pa.schema([
     ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),

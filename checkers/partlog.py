@@ -18,7 +18,8 @@ Terms used by the checks:
   outside any transaction or by a committed one.
 - A *run* is a stretch of one consumer's reads of the partition with nothing between
   that moves or forgets its position: a seek starts a run at a known position; an
-  assign, or any op of the process ending in info, starts one at an unknown position.
+  assign (but not in the partitions it says the client `kept`), or any op of the
+  process ending in info, starts one at an unknown position.
   (A change of isolation or of the final flag also starts a run.) The checks assume a
   consumer's reassignments are recorded as assign ops.
 - A run's *scan* is the offsets it went over: from its seek position (or first read)

@@ -124,8 +124,10 @@ class History:
                            for p, o in positions]}
         return self._op(process, "seek", v, v, type, final=final)
 
-    def assign(self, process, partitions, type="ok", topic=None) -> int:
-        v = {"partitions": [{"topic": self._t(topic), "partition": p} for p in partitions]}
+    def assign(self, process, partitions, type="ok", topic=None, kept=None) -> int:
+        v: dict = {"partitions": [{"topic": self._t(topic), "partition": p} for p in partitions]}
+        if kept is not None:
+            v["kept"] = [{"topic": self._t(topic), "partition": p} for p in kept]
         return self._op(process, "assign", v, v, type)
 
     def commit_offsets(self, process, group, offsets, type="ok", topic=None) -> int:

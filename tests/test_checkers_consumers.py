@@ -304,3 +304,34 @@ def test_a_pipeline_with_one_committed_output_per_input_is_valid(tmp_path):
     h.poll("c0", [(0, 0, 101), (0, 1, 102)], topic="out")
     v = verdict(h)
     assert v.valid and found(v) == set()
+
+
+def test_an_assign_forgets_positions_except_the_partitions_it_kept(tmp_path):
+    # Values 1, 2, 3 at offsets 0, 1, 2 of partition 0 and 11, 12, 13 of partition 1,
+    # all read by c9.
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.send("p", [(1, 11, 0), (1, 12, 1), (1, 13, 2)])
+    h.poll("c9", [(0, 0, 1), (0, 1, 2), (0, 2, 3), (1, 0, 11), (1, 1, 12), (1, 2, 13)])
+    h.seek("c0", [(0, 0), (1, 0)])
+    h.poll("c0", [(0, 0, 1), (1, 0, 11)])
+    # An incremental reassignment: partition 0 stays with its position, partition 1 is
+    # handed back and starts anew from wherever the group says.
+    h.assign("c0", [0, 1], kept=[0])
+    skip = h.poll("c0", [(0, 2, 3), (1, 2, 13)])
+    v = verdict(h)
+    assert found(v) == {"poll_skip"}, v.summary()
+    assert v.counts["poll_skip"] == 1
+    example(v, "poll_skip", process="c0", op=skip, partition=0, offset=2, value=3)
+
+
+def test_an_assign_that_kept_nothing_forgets_every_position(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.poll("c9", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1)])
+    h.assign("c0", [0])  # librdkafka's assign(): positions fetched anew
+    h.poll("c0", [(0, 2, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()

@@ -421,7 +421,12 @@ class TopicConsumer(Client):
         call (a poll, or close), so it must not raise."""
         if not added and not removed:
             return  # librdkafka also calls back when a rebalance leaves this member as it was
-        now = sorted({tp.partition for tp in self.tps} - set(removed) | set(added))
+        before = {tp.partition for tp in self.tps}
+        now = sorted(before - set(removed) | set(added))
+        # librdkafka changes an assignment incrementally here: partitions that stay
+        # keep their positions.
+        kept = [{"topic": self.topic, "partition": p} for p in now
+                if p in before and p not in added]
         self.tps = [TopicPartition(self.ctx.topic(self.topic), p) for p in now]
         self.revoked.update(removed)
         for p in (*added, *removed):
@@ -431,8 +436,9 @@ class TopicConsumer(Client):
         if self._poll is not None:
             self.w.ok(self._poll[0], {"isolation": self.isolation, "records": []})
         parts = [{"topic": self.topic, "partition": p} for p in now]
-        h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=self.final)
-        self.w.ok(h, {"partitions": parts})
+        value = {"partitions": parts, "kept": kept}
+        h = self.w.invoke(self.process, "assign", value, final=self.final)
+        self.w.ok(h, value)
         if self._poll is not None:
             _, txn, value = self._poll
             self._poll = (self.w.invoke(self.process, "poll", value, txn=txn,
