@@ -128,12 +128,15 @@ REGISTRY: tuple[Anomaly, ...] = (
        while the read log holds a value visible to that consumer strictly between them;
        within one poll and across polls. After a seek whose first reads were retracted,
        the first remaining read b skips if a visible value lies in [seek position, b).
-       This is what a pipeline that does not rewind after an abort does.""",
+       This is what a pipeline that does not rewind after an abort does. Reads in a
+       transaction that aborted are still reads: consecutive reads of a run, either of
+       them retracted, are held to the same rule.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
           detail="the skipped offset and value")),
     _a("nonmonotonic_poll", "consumption", """
        Within one consumer's run, the next (not retracted) read after one at offset a is
-       at b <= a: back, or the same offset again, with no seek or assign between.""",
+       at b <= a: back, or the same offset again, with no seek or assign between; and
+       the same of consecutive reads either of which a transaction that aborted made.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
           detail="")),
     _a("rewind_mismatch", "consumption", """

@@ -65,6 +65,7 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     if reads.empty:
         return engine.anomalies(out)
     _pairs(pl, reads, out)
+    _inside_aborts(pl, reads, out)
     _rewinds(pl, reads, out)
     return engine.anomalies(out)
 
@@ -110,6 +111,34 @@ def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
                 f"{row['process']} ({iso[i]}) {prev} then offset {offs[i]}, skipping "
                 f"offset {skipped[0]} (value {skipped[1]}) visible to it"))
 
+
+def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
+    """A poll is an observation whatever its transaction's fate: the consumer's
+    position moved. Consecutive reads of one run, one of them retracted by an abort,
+    are held to the same order as any others (the pairs without a retracted read are
+    _pairs' already)."""
+    run = reads["run"].to_numpy()
+    offs = reads["offset"].to_numpy(dtype=np.int64)
+    iso = reads["isolation"].to_numpy(dtype=object)
+    retracted = reads["retracted"].to_numpy(dtype=bool)
+    pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
+    a = np.r_[0, offs[:-1]]
+    for i in np.flatnonzero(pair & (offs <= a)):
+        row = reads.iloc[i]
+        out.append(_record("nonmonotonic_poll", row,
+                           f"{row['process']} read offset {a[i]} then offset {offs[i]} "
+                           f"with no seek between (in a transaction that aborted)"))
+    fwd = np.flatnonzero(pair & (offs > a + 1))
+    if len(fwd):
+        gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
+        for i in fwd[gaps > 0]:
+            row = reads.iloc[i]
+            skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
+            out.append(_record(
+                "poll_skip", row,
+                f"{row['process']} ({iso[i]}) read offset {a[i]} then offset {offs[i]}, "
+                f"skipping offset {skipped[0]} (value {skipped[1]}) visible to it (in a "
+                f"transaction that aborted)"))
 
 
 def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:

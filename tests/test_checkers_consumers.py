@@ -2,6 +2,8 @@
 offset_regression, stale_offset_fetch, duplicate_output, lost_input."""
 from __future__ import annotations
 
+import pytest
+
 from tests.histories import RU, History, example, found, verdict
 
 
@@ -335,3 +337,19 @@ def test_an_assign_that_kept_nothing_forgets_every_position(tmp_path):
     h.poll("c0", [(0, 2, 3)])
     v = verdict(h)
     assert v.valid and found(v) == set(), v.summary()
+
+
+@pytest.mark.parametrize("outcome", ["abort", "info"])
+def test_a_skip_inside_a_transaction_that_did_not_commit_is_still_a_skip(tmp_path, outcome):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2), (0, 4, 3)])
+    h.poll("c9", [(0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4)])
+    h.seek("pp", [(0, 0)])
+    h.begin("pp", "T1")
+    h.poll("pp", [(0, 0, 1)], txn="T1")
+    skip = h.poll("pp", [(0, 2, 3)], txn="T1")  # passes over offset 1 inside T1
+    back = h.poll("pp", [(0, 1, 2)], txn="T1")  # and goes back
+    (h.abort("pp", "T1") if outcome == "abort" else h.commit("pp", "T1", type="info"))
+    v = verdict(h)
+    example(v, "poll_skip", process="pp", op=skip, offset=2, value=3)
+    example(v, "nonmonotonic_poll", process="pp", op=back, offset=1, value=2)
