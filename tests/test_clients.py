@@ -107,3 +107,35 @@ def test_a_fenced_producer_records_its_send_as_unknown_and_the_client_goes_on(cl
     assert sends[0][:2] == ("t0/1", "ok")
     assert sends[1][:2] == ("t0/1", "info"), sends  # never ok, and not certainly absent
     assert sends[-1][:2] == ("t0/2", "ok")
+
+
+def test_a_new_consumer_records_where_it_starts_reading(cluster, tmp_path):
+    """After assign, a consumer's start is a seek to the group's committed offsets, or to
+    the log's beginning where the group has none, so a checker knows what it went over
+    before its first record."""
+    plan = {"topics": {"t": {"partitions": 2}}, "steps": [],
+            "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer", "group": "g"}}}
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        ctx = clients.RunContext(writer, cluster.bootstrap, "start", {"t": 2})
+        _create_topics(cluster, ctx, plan)
+        producer = clients.PlainProducer("p0", plan["clients"]["p0"], plan, ctx)
+        for _ in range(3):
+            producer.run({"f": "send", "n": 4})
+        first = clients.TopicConsumer("c0", plan["clients"]["c0"], plan, ctx)
+        read: set[int] = set()
+        for _ in range(20):
+            if read == {0, 1}:
+                break
+            read |= {r["partition"] for r in first.op_poll({"n": 2, "timeout": 1.0})}
+        first.commit_positions()
+        committed = dict(first.positions)
+        first.close()
+        clients.TopicConsumer("c0", plan["clients"]["c0"], plan, ctx, "c0.1").close()
+    events = read_events(tmp_path / "history.jsonl")
+    starts = {e["process"]: {p["partition"]: p["offset"] for p in e["value"]["positions"]}
+              for e in events if e["f"] == "seek" and e["type"] == "ok"}
+    assert starts["c0"] == {0: 0, 1: 0}  # a new group: the log's beginning
+    assert starts["c0.1"] == committed and any(committed.values())
+    for process in ("c0", "c0.1"):
+        mine = [e["f"] for e in events if e["process"] == process and e["type"] == "ok"]
+        assert mine[:2] == ["assign", "seek"], mine

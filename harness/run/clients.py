@@ -26,6 +26,8 @@ _LIBRDKAFKA_LOG.propagate = False
 QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
 OP_TIMEOUT = 20.0
 FETCH_TIMEOUT = 10.0
+# How long a new consumer waits for its start positions before leaving them unknown.
+START_TIMEOUT = 2.0
 # How long past its own timeout a librdkafka call may block before we stop waiting for it.
 HANG_GRACE = 10.0
 # commit_transaction calls per transaction before the client gives up on it (see op_commit).
@@ -409,6 +411,14 @@ class TopicConsumer(Client):
         h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=final)
         self.consumer.assign(self.tps)
         self.w.ok(h, {"partitions": parts})
+        if not final:
+            # Say where reading starts, as the group's committed offsets (or the log's
+            # beginning) put it, so a checker knows what this consumer went over before
+            # its first record. If that cannot be had in time, librdkafka finds it and
+            # the history says the position is unknown, as it is.
+            start = self.resolve("committed", timeout=START_TIMEOUT)
+            if start is not None:
+                self.seek_to(start)
 
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         self._reassigned(added=[tp.partition for tp in partitions], removed=[])
@@ -481,8 +491,8 @@ class TopicConsumer(Client):
         return [TopicPartition(self.ctx.topic(self.topic), p, o)
                 for p, o in sorted(self.positions.items())]
 
-    def _low(self, tp: TopicPartition) -> int:
-        return self.consumer.get_watermark_offsets(tp, timeout=10)[0]
+    def _low(self, tp: TopicPartition, timeout: float = FETCH_TIMEOUT) -> int:
+        return self.consumer.get_watermark_offsets(tp, timeout=timeout)[0]
 
     def seek_to(self, offsets: list[TopicPartition], txn: str | None = None) -> bool:
         """Move positions; recorded as a seek with the absolute offsets it resolved to.
@@ -515,17 +525,19 @@ class TopicConsumer(Client):
         self.positions.update({tp.partition: tp.offset for tp in offsets})
         return True
 
-    def resolve(self, to: str, back: int = 0) -> list[TopicPartition] | None:
+    def resolve(self, to: str, back: int = 0,
+                timeout: float = FETCH_TIMEOUT) -> list[TopicPartition] | None:
         try:
             if to == "committed":
-                committed = self.consumer.committed(self.tps, timeout=5)
+                committed = self.consumer.committed(self.tps, timeout=min(5.0, timeout))
                 if any(tp.error is not None for tp in committed):
                     return None
                 return [TopicPartition(tp.topic, tp.partition,
-                                       tp.offset if tp.offset >= 0 else self._low(tp))
+                                       tp.offset if tp.offset >= 0 else self._low(tp, timeout))
                         for tp in committed]
             if to == "beginning":
-                return [TopicPartition(tp.topic, tp.partition, self._low(tp)) for tp in self.tps]
+                return [TopicPartition(tp.topic, tp.partition, self._low(tp, timeout))
+                        for tp in self.tps]
             return self.at(self.positions, back)
         except KafkaException:
             return None
