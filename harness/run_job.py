@@ -183,6 +183,8 @@ def _summary(console: Console, trials, root: Path) -> None:
     headline = ("VALID" if valid else "ANOMALIES FOUND") + ("" if live else ", NOT LIVE")
     unknown = [t for t in trials if t.verdict.unknown]
     if unknown and valid:
-        headline += f", {len(unknown)} of {len(trials)} run{'s' if len(trials) > 1 else ''} UNKNOWN"
+        # A run with nothing to judge decided nothing (checkers/verdict.py, missing_evidence).
+        headline = ("UNKNOWN" if len(unknown) == len(trials)
+                    else f"{headline}, {len(unknown)} of {len(trials)} runs UNKNOWN")
     console.print(f"[bold]{headline}[/bold]: "
                   f"reports: " + ", ".join(str(t.folder / 'report.html') for t in trials))
