@@ -208,6 +208,18 @@ def test_kill_and_restart_a_node(cluster):
     assert len(cluster.admin().list_topics(timeout=10).brokers) == cluster.n
 
 
+def test_healing_right_after_a_kill_waits_for_the_node_itself(cluster):
+    # Within its session timeout a killed node is still registered, and a topic created
+    # then lists it in its ISR: ready must mean the restarted node answers.
+    from onceproof.cluster.cluster import _answers_api_versions
+    victim = cluster.topology.nodes[-1]
+    cluster.kill(victim)
+    cluster.heal_all()
+    assert _answers_api_versions(cluster.topology.link("client", 0, victim).listen)
+    assert all(len(cluster.admin().list_topics(timeout=10).brokers) == cluster.n
+               for _ in range(5))
+
+
 def test_pause_and_resume_a_node(cluster):
     from onceproof.cluster import procs
     victim = cluster.topology.nodes[0]

@@ -19,6 +19,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -224,9 +226,9 @@ class Cluster:
                             "socket.connection.setup.timeout.ms": 5000})
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Ready: every node's JVM runs, every broker is registered, a fresh topic
-        replicated to all nodes has its full ISR, and a group and a transaction
-        coordinator answer."""
+        """Ready: every node's JVM runs and answers on its own listener, every broker is
+        registered, a fresh topic replicated to all nodes has its full ISR, and a group
+        and a transaction coordinator answer."""
         deadline = time.monotonic() + timeout
         admin = self.admin()
         last = "no answer yet"
@@ -238,7 +240,9 @@ class Cluster:
             try:
                 meta = admin.list_topics(timeout=5)
                 if len(meta.brokers) == self.n:
-                    if not self._probe_isr(admin):
+                    if (lagging := self._nodes_not_answering()):
+                        last = f"node(s) {lagging} do not answer requests yet"
+                    elif not self._probe_isr(admin):
                         last = "probe topic has not reached its full ISR"
                     elif not self._probe_coordinators():
                         last = "no group or transaction coordinator answers yet"
@@ -251,6 +255,17 @@ class Cluster:
             time.sleep(0.5)
         raise SetupError(f"cluster not ready after {timeout:.0f}s ({last}); node logs are in "
                          f"{self.root}")
+
+    def _nodes_not_answering(self) -> list[int]:
+        # Each node asked on its own listener, because the cluster's view alone can
+        # mislead: a killed node's old registration stays until its session times out,
+        # and a topic created meanwhile starts with that node in its ISR. A restarted
+        # broker processes requests only once it has caught up with the metadata log and
+        # been unfenced (BrokerServer.startup), so its own answer says it is back. Asked
+        # by hand because librdkafka sends a request to any broker it knows, not to the
+        # one it was bootstrapped with.
+        return [node for node in self.topology.nodes
+                if not _answers_api_versions(self.topology.link("client", 0, node).listen)]
 
     def _probe_isr(self, admin: AdminClient) -> bool:
         topic = f"__onceproof_ready_{uuid.uuid4().hex[:8]}"
@@ -573,3 +588,22 @@ def stop_detached(root: str | Path) -> int:
     for pid in running:
         procs.kill(pid)
     return len(running)
+
+
+def _answers_api_versions(port: int, timeout: float = 5.0) -> bool:
+    """Whether the broker at this loopback port answers an ApiVersions request (v0)."""
+    client_id = b"onceproof-ready"
+    header = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout) as conn:
+            conn.sendall(struct.pack(">i", len(header)) + header)
+            answer = b""
+            while len(answer) < 10:
+                chunk = conn.recv(64)
+                if not chunk:
+                    return False
+                answer += chunk
+    except OSError:
+        return False
+    _, correlation, error = struct.unpack(">iih", answer[:10])
+    return correlation == 7 and error == 0
