@@ -9,6 +9,7 @@ left it, skips those records as far as anything committed is concerned.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -88,28 +89,12 @@ def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
     from_seek = ~same & start.notna().to_numpy() & not_first_phys
     a = np.where(from_seek, start.fillna(0).to_numpy(dtype=np.int64) - 1, a)
     paired = same | from_seek
-    a_src = np.where(from_seek, "seek", "read")
 
-    back = paired & (offs <= a)
-    for i in np.flatnonzero(back):
-        row = eff.iloc[i]
-        prev = (f"sought to {a[i] + 1}, reads in an aborted transaction retracted, then read"
-                if a_src[i] == "seek" else f"read offset {a[i]} then")
-        out.append(_record("nonmonotonic_poll", row,
-                           f"{row['process']} {prev} offset {offs[i]} with no seek between"))
+    def before(i: int) -> str:
+        return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
+                if from_seek[i] else f"read offset {a[i]} then")
 
-    fwd = np.flatnonzero(paired & (offs > a + 1))
-    if len(fwd):
-        gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
-        for i in fwd[gaps > 0]:
-            row = eff.iloc[i]
-            skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
-            prev = (f"sought to {a[i] + 1} (its reads there retracted by an abort)"
-                    if a_src[i] == "seek" else f"read offset {a[i]}")
-            out.append(_record(
-                "poll_skip", row,
-                f"{row['process']} ({iso[i]}) {prev} then offset {offs[i]}, skipping "
-                f"offset {skipped[0]} (value {skipped[1]}) visible to it"))
+    _judge(pl, eff, offs, a, iso, paired, before, "", out)
 
 
 def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
@@ -123,22 +108,30 @@ def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> No
     retracted = reads["retracted"].to_numpy(dtype=bool)
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
-    for i in np.flatnonzero(pair & (offs <= a)):
-        row = reads.iloc[i]
+    _judge(pl, reads, offs, a, iso, pair, lambda i: f"read offset {a[i]} then",
+           " (in a transaction that aborted)", out)
+
+
+def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray,
+           iso: np.ndarray, paired: np.ndarray, before: Callable[[int], str], where: str,
+           out: list[dict]) -> None:
+    """nonmonotonic_poll and poll_skip for each paired read: the consumer stood just
+    past a[i] (before(i) says how, in words) and read offs[i] next."""
+    for i in np.flatnonzero(paired & (offs <= a)):
+        row = rows.iloc[i]
         out.append(_record("nonmonotonic_poll", row,
-                           f"{row['process']} read offset {a[i]} then offset {offs[i]} "
-                           f"with no seek between (in a transaction that aborted)"))
-    fwd = np.flatnonzero(pair & (offs > a + 1))
+                           f"{row['process']} {before(i)} offset {offs[i]} with no seek "
+                           f"between{where}"))
+    fwd = np.flatnonzero(paired & (offs > a + 1))
     if len(fwd):
         gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
         for i in fwd[gaps > 0]:
-            row = reads.iloc[i]
+            row = rows.iloc[i]
             skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
             out.append(_record(
                 "poll_skip", row,
-                f"{row['process']} ({iso[i]}) read offset {a[i]} then offset {offs[i]}, "
-                f"skipping offset {skipped[0]} (value {skipped[1]}) visible to it (in a "
-                f"transaction that aborted)"))
+                f"{row['process']} ({iso[i]}) {before(i)} offset {offs[i]}, skipping "
+                f"offset {skipped[0]} (value {skipped[1]}) visible to it{where}"))
 
 
 def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
