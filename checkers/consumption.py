@@ -120,7 +120,7 @@ def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray
     for i in np.flatnonzero(paired & (offs <= a)):
         row = rows.iloc[i]
         out.append(_record("nonmonotonic_poll", row,
-                           f"{row['process']} {before(i)} offset {offs[i]} with no seek "
+                           f"{row['process']} {before(int(i))} offset {offs[i]} with no seek "
                            f"between{where}"))
     fwd = np.flatnonzero(paired & (offs > a + 1))
     if len(fwd):
@@ -130,7 +130,7 @@ def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray
             skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
             out.append(_record(
                 "poll_skip", row,
-                f"{row['process']} ({iso[i]}) {before(i)} offset {offs[i]}, skipping "
+                f"{row['process']} ({iso[i]}) {before(int(i))} offset {offs[i]}, skipping "
                 f"offset {skipped[0]} (value {skipped[1]}) visible to it{where}"))
 
 
