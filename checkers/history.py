@@ -33,6 +33,8 @@ import pyarrow.json as pj
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
 NEMESIS = "nemesis"
+# The nemesis's first op: the cluster the run had (Kafka version, nodes, broker settings).
+CLUSTER = "cluster"
 
 # What an event holds and the types of its fields (docs/history.md). Fields not named
 # here (a fault's parameters, anything a tool adds) are not checked and not parsed by

@@ -74,6 +74,32 @@ cluster_dir_option = click.option(
     help="Where the cluster keeps its data, logs and state.")
 
 
+def _broker_settings(pairs: tuple[str, ...], file: str | None) -> dict[str, str]:
+    from onceproof.workloads.settings import SettingsError, parse
+    try:
+        return parse(pairs, file)
+    except SettingsError as exc:
+        raise SetupError(str(exc)) from None
+
+
+def broker_config_options(f):
+    """--broker-config KEY=VALUE (repeatable) and --broker-config-file PATH."""
+    f = click.option("--broker-config-file", type=click.Path(), default=None,
+                     help="A server.properties of your own: its broker settings apply on top "
+                          "of the harness's (drop listeners, node ids, quorum voters and "
+                          "log dirs: the harness owns them).")(f)
+    return click.option("--broker-config", "broker_pairs", multiple=True, metavar="KEY=VALUE",
+                        help="A broker setting for every node (repeatable; wins over "
+                             "--broker-config-file).")(f)
+
+
+spark_option = click.option("--spark-master", envvar="ONCEPROOF_SPARK_MASTER", default=None,
+                            help="Spark master for checking histories too big to check "
+                                 "in this process (default: local).")
+artifacts_option = click.option("--artifacts", default="artifacts", show_default=True,
+                                help="Folder for plans, histories, verdicts and logs.")
+
+
 @main.group()
 def cluster() -> None:
     """Stand up, inspect and tear down a local cluster behind toxiproxy."""
@@ -83,13 +109,16 @@ def cluster() -> None:
 @click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")
 @kafka_version_option
 @cluster_dir_option
-def up(nodes: int, kafka_version: str | None, root: str) -> None:
+@broker_config_options
+def up(nodes: int, kafka_version: str | None, root: str, broker_pairs: tuple[str, ...],
+       broker_config_file: str | None) -> None:
     """Start a cluster that keeps running after this command returns."""
     from onceproof.cluster import cluster as cl
+    broker = _broker_settings(broker_pairs, broker_config_file)
     if cl.status(root).get("running"):
         raise SetupError(f"a cluster is already running in {root}; "
                          f"stop it with `onceproof cluster down --dir {root}`")
-    c = cl.Cluster(root, nodes, kafka_version, owned=False)
+    c = cl.Cluster(root, nodes, kafka_version, owned=False, overrides=broker)
     c.up()
     click.echo(f"ready: Kafka {c.dist.version}, {nodes} nodes, bootstrap {c.bootstrap}")
     click.echo(f"logs and state in {c.root}")
@@ -141,11 +170,7 @@ def status(root: str, as_json: bool) -> None:
 
 
 nodes_option = click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")
-spark_option = click.option("--spark-master", envvar="ONCEPROOF_SPARK_MASTER", default=None,
-                            help="Spark master for checking histories too big to check "
-                                 "in this process (default: local).")
-artifacts_option = click.option("--artifacts", default="artifacts", show_default=True,
-                                help="Folder for plans, histories, verdicts and logs.")
+
 
 
 def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):
@@ -349,14 +374,17 @@ def install(kafka_version: str | None) -> None:
 @click.option("--out", default="onceproof-runs", show_default=True, help="Where run folders go.")
 @nodes_option
 @kafka_version_option
+@broker_config_options
 @spark_option
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
-                interval, rounds, time_budget, seed, out, nodes, kafka_version, spark_master) -> None:
+                interval, rounds, time_budget, seed, out, nodes, kafka_version, broker_pairs,
+                broker_config_file, spark_master) -> None:
     """Generate a workload, run it on a local cluster under faults, check it, report."""
     from onceproof.run_job import JobOptions, run_job
+    broker = _broker_settings(broker_pairs, broker_config_file)
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
-                              clients_per_node, partitions, interval))
+                              clients_per_node, partitions, interval, broker))
     sys.exit(code)
 
 

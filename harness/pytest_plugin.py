@@ -27,6 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kafka-version", default=os.environ.get("ONCEPROOF_KAFKA_VERSION"),
                     help="Kafka release to test (default: the newest tested 4.x)")
     group.addoption("--nodes", type=int, default=3, help="KRaft nodes in the test cluster")
+    group.addoption("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for the test cluster (repeatable)")
+    group.addoption("--broker-config-file", default=os.environ.get("ONCEPROOF_BROKER_CONFIG"),
+                    help="a server.properties whose broker settings the test cluster runs with")
     group.addoption("--spark-master", default=os.environ.get("ONCEPROOF_SPARK_MASTER"),
                     help="Spark master for the checkers (default: local)")
     group.addoption("--shrink-budget", type=float,
@@ -66,9 +70,15 @@ def artifacts_dir(pytestconfig: pytest.Config) -> Path:
 @pytest.fixture(scope="session")
 def session_cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory):
     from onceproof.cluster.cluster import Cluster
+    from onceproof.workloads.settings import SettingsError, parse
+    try:
+        broker = parse(tuple(pytestconfig.getoption("--broker-config")),
+                       pytestconfig.getoption("--broker-config-file"))
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
     root = tmp_path_factory.mktemp("cluster")
     with Cluster(root, pytestconfig.getoption("--nodes"),
-                 pytestconfig.getoption("--kafka-version")) as cluster:
+                 pytestconfig.getoption("--kafka-version"), overrides=broker) as cluster:
         yield cluster
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -42,6 +42,7 @@ class JobOptions:
     clients_per_node: int = 3
     partitions: int = 6
     interval: float = 10.0
+    broker: dict = field(default_factory=dict)  # broker settings on top of the harness's
 
     def strategy(self):
         """The plans this job draws; every option is checked here, before anything starts."""
@@ -103,11 +104,13 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
-    with Cluster(root / "cluster", opts.nodes, opts.kafka_version) as cluster, Progress(
+    with Cluster(root / "cluster", opts.nodes, opts.kafka_version, overrides=opts.broker
+                 ) as cluster, Progress(
             TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
             console=console, transient=False) as progress:
-        console.print(f"cluster ready: Kafka {cluster.dist.version}, {cluster.n} nodes")
+        console.print(f"cluster ready: Kafka {cluster.dist.version}, {cluster.n} nodes"
+                      + (f", broker settings {_settings(cluster.base)}" if cluster.base else ""))
         for i, plan in enumerate(todo):
             if opts.time_budget and time.monotonic() - started > opts.time_budget:
                 break
@@ -139,6 +142,10 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     return 2 if any(t.verdict.unknown for t in trials) else 0
 
 
+def _settings(settings: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+
+
 def _finish_folder(trial, cluster: Cluster) -> None:
     keep_logs(cluster, trial.folder)
 
@@ -146,10 +153,10 @@ def _finish_folder(trial, cluster: Cluster) -> None:
 def _outcomes(tables: Path) -> tuple[Counter, Counter]:
     """Completed client ops by outcome, and completed faults by kind, from the ops table
     of a run's history.parquet/."""
-    from onceproof.checkers.history import NEMESIS
+    from onceproof.checkers.history import CLUSTER, NEMESIS
     from onceproof.checkers.store import read_table
     ops = read_table(tables, "ops", ["process", "f", "type", "complete_index"]).to_pandas()
-    done = ops[ops["complete_index"].notna()]
+    done = ops[ops["complete_index"].notna() & (ops["f"] != CLUSTER)]
     fault = done["process"] == NEMESIS
     return Counter(done.loc[~fault, "type"]), Counter(done.loc[fault, "f"])
 

@@ -43,6 +43,9 @@ def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: st
     spark_master, default local) starts only if the history is big enough to need it."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if cluster.base:
+        # The saved plan replays on any cluster with the settings this run had.
+        plan = {**plan, "broker": {**cluster.base, **plan.get("broker", {})}}
     save(plan, folder / "plan.json")
     started = time.monotonic()
     result = run(plan, cluster, folder, on_progress)

@@ -74,3 +74,15 @@ def test_an_unknown_suite_or_hunt_is_one_clear_line():
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1, done.stderr
         assert "nothing named meteor to hunt" in lines[0] and names in lines[0]
+
+
+def test_a_broker_setting_the_harness_owns_is_refused_before_anything_starts(tmp_path):
+    own = tmp_path / "server.properties"
+    own.write_text("node.id=7\nmin.insync.replicas=1\n")
+    for args in (("--broker-config", "listeners=PLAINTEXT://:9092"),
+                 ("--broker-config-file", str(own))):
+        done = _run(str(SCRIPT), "run", "--out", str(tmp_path / "runs"), *args)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        assert "the harness sets" in lines[0] and ("listeners" in lines[0] or "node.id" in lines[0])
+        assert not (tmp_path / "runs").exists()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import faults
 from .ops import COMMIT_TIMEOUT, GROUPED, MIX, ROLES, SEEK_TO, TRANSACTIONAL
+from .settings import settings_problem
 
 DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 2147483647,
                     "message.timeout.ms": 15000, "request.timeout.ms": 5000,
@@ -77,6 +78,13 @@ def validate(plan) -> None:
         if (not isinstance(spec, dict) or not isinstance(spec.get("partitions"), int)
                 or spec["partitions"] < 1):
             bad(f"topics.{name}", "needs \"partitions\": a positive integer")
+        if "replicas" in spec and (not isinstance(spec["replicas"], int)
+                                   or isinstance(spec["replicas"], bool) or spec["replicas"] < 1):
+            bad(f"topics.{name}.replicas", "must be a positive integer (at most the cluster's nodes)")
+        if (problem := settings_problem(spec.get("config", {}))):
+            bad(f"topics.{name}.config", problem)
+    if (problem := settings_problem(plan.get("broker", {}), broker=True)):
+        bad("broker", problem)
     clients = plan["clients"]
     if not isinstance(clients, dict) or not clients:
         bad("clients", "must map client ids to {\"role\": ...}; a plan needs at least one client")

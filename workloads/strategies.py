@@ -54,16 +54,16 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
           config: dict | None = None, options: dict | None = None) -> dict:
     """A whole plan for one of WORKLOADS, with config overrides merged in.
 
-    config may set "topics", "producer", "consumer" (plan-wide client config) and
-    "clients" (per-client spec overrides); options tune op mixes (abort_percent, crash_percent,
-    consumer_ops)."""
+    config may set "topics", "producer", "consumer" (plan-wide client config),
+    "broker" (broker settings) and "clients" (per-client spec overrides); options tune
+    op mixes (abort_percent, crash_percent, consumer_ops)."""
     base = WORKLOADS[workload]
     config, options = config or {}, options or {}
     topics = config.get("topics", base["topics"])
     clients = {cid: {**spec, **config.get("clients", {}).get(cid, {})}
                for cid, spec in base["clients"].items()}
     plan = {"topics": topics, "clients": clients, "steps": []}
-    for key in ("producer", "consumer"):
+    for key in ("producer", "consumer", "broker"):
         if key in config:
             plan[key] = config[key]
     state: dict[str, dict] = {cid: {} for cid in clients}
@@ -126,7 +126,7 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
     # not idle for the second a round-based poll allows for records to arrive.
     mix = {"poll_timeout": 0.1, **{k: v for k, v in options.items() if k != "all_clients"}}
     plan: dict = {"topics": topics, "clients": clients, "duration": seconds, "mix": mix}
-    for key in ("producer", "consumer"):
+    for key in ("producer", "consumer", "broker"):
         if key in config:
             plan[key] = config[key]
     if rate is not None:

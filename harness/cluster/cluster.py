@@ -83,7 +83,11 @@ class Cluster:
         self.n = nodes
         self.requested_version = kafka_version
         self.owned = owned
-        self.overrides = dict(overrides or {})
+        # Broker settings, as text, on top of the harness's own (server_properties): `base`
+        # for every run on this cluster, `overrides` the ones in force now (base and the
+        # running plan's `broker`).
+        self.base = dict(overrides or {})
+        self.overrides = dict(self.base)
         # Set by up(); read through the properties below, which say so when it has not run.
         self._topology: Topology | None = None
         self._dist: KafkaDist | None = None
@@ -124,6 +128,25 @@ class Cluster:
             self.down()
             raise
         return self
+
+    def configure(self, broker: dict, timeout: float = 180.0) -> None:
+        """Give the cluster these broker settings (text, on top of `base`). When they differ from
+        the ones in force, every node starts over on an empty disk with them: settings
+        such as the internal topics' replication apply only when a cluster is new."""
+        wanted = {**self.base, **broker}
+        if wanted == self.overrides:
+            return
+        self.overrides = wanted
+        for node in self.topology.nodes:
+            self.kill(node)
+            shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
+            self._configure(node)
+        with ThreadPoolExecutor(self.n) as pool:
+            list(pool.map(self._format, self.topology.nodes))
+        for node in self.topology.nodes:
+            self._start_node(node)
+        self.save_state()
+        self.wait_ready(timeout)
 
     def down(self) -> None:
         for name in list(self.pids):
@@ -235,8 +258,8 @@ class Cluster:
         while time.monotonic() < deadline:
             for node in self.topology.nodes:
                 if not procs.alive(self.pids.get(f"node{node}")):
-                    raise SetupError(f"node {node} exited during startup; see "
-                                     f"{self.node_dir(node) / 'server.log'}")
+                    raise SetupError(f"node {node} exited during startup ({self._last_error(node)}); "
+                                     f"see {self.node_dir(node) / 'server.log'}")
             try:
                 meta = admin.list_topics(timeout=5)
                 if len(meta.brokers) == self.n:
@@ -255,6 +278,17 @@ class Cluster:
             time.sleep(0.5)
         raise SetupError(f"cluster not ready after {timeout:.0f}s ({last}); node logs are in "
                          f"{self.root}")
+
+    def _last_error(self, node: int) -> str:
+        # A setting Kafka refuses ends the JVM with one ConfigException line; that line
+        # is what the user needs to see.
+        lines: list[str] = []
+        for name in ("server.log", "stdout.log"):
+            path = self.node_dir(node) / name
+            if path.exists():
+                lines += [l.strip() for l in path.read_text(errors="replace").splitlines()
+                          if "Exception" in l or " ERROR " in l]
+        return lines[-1][:300] if lines else "no error logged"
 
     def _nodes_not_answering(self) -> list[int]:
         # Each node asked on its own listener, because the cluster's view alone can

@@ -23,7 +23,7 @@ import jinja2
 import pandas as pd
 
 from onceproof.checkers import anomaly
-from onceproof.checkers.history import NEMESIS
+from onceproof.checkers.history import CLUSTER, NEMESIS
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
@@ -52,7 +52,7 @@ def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
     history = load(folder)
     verdict = _read_verdict(folder / "verdict.json")
     plan = _read_json(folder / "plan.json")
-    faults = history.fault_ops
+    faults = history.fault_ops[history.fault_ops["f"] != CLUSTER]
     windows = report_faults.windows(faults, history.duration)
     examples = _examples(history, verdict, max_linked)
     linked: dict[int, set[str]] = {}
@@ -139,9 +139,15 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
                          + size)]
     state: dict = next((s for s in (_read_json(folder / "cluster" / "state.json"),
                               _read_json(folder.parent / "cluster" / "state.json")) if s), {})
-    version = state.get("kafka_version") or _version_from_logs(folder / "logs")
+    had = h.fault_ops.loc[h.fault_ops["f"] == CLUSTER, "value"]
+    had = had.iloc[0] if len(had) and isinstance(had.iloc[0], dict) else {}
+    version = (had.get("kafka_version") or state.get("kafka_version")
+               or _version_from_logs(folder / "logs"))
     if version:
         facts.append(("Kafka version", version))
+    if "broker" in had:
+        facts.append(("broker settings", ", ".join(f"{k}={v}" for k, v in sorted(
+            had["broker"].items())) or "the harness's defaults (docs/plans.md)"))
     nodes = state.get("nodes") or sorted(p.stem for p in (folder / "logs").glob("node*.log"))
     if nodes:
         facts.append(("nodes", ", ".join(map(str, nodes))))

@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from onceproof.checkers.history import HistoryWriter
+from onceproof.checkers.history import CLUSTER, HistoryWriter
 from onceproof.cluster.cluster import Cluster
 from onceproof.errors import SetupError
 from onceproof.run import load, rounds
@@ -33,6 +33,7 @@ from onceproof.run.clients import RunContext, TopicConsumer
 from onceproof.run.fleet import Fleet
 from onceproof.workloads import faults
 from onceproof.workloads.plan import PlanError, concurrent, fault_steps, validate
+from onceproof.workloads.settings import setting_text
 
 SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0
@@ -55,6 +56,9 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
+        cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
+        writer.fault(CLUSTER, {"kafka_version": cluster.dist.version, "nodes": cluster.nodes,
+                                 "broker": cluster.overrides})
         _create_topics(cluster, ctx, plan)
         try:
             fleet = Fleet(plan, ctx)
@@ -79,6 +83,10 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
 
 
 def _fits(plan: dict, cluster: Cluster) -> None:
+    for name, spec in plan["topics"].items():
+        if spec.get("replicas", 1) > cluster.n:
+            raise PlanError(f"plan topics.{name}.replicas is {spec['replicas']}, but the "
+                            f"cluster has {cluster.n} nodes; use at most {cluster.n}")
     for i, step in enumerate(fault_steps(plan)):
         missing = faults.node_ids(step) - set(cluster.nodes)
         if missing:
@@ -90,13 +98,15 @@ def _fits(plan: dict, cluster: Cluster) -> None:
 
 def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     admin = cluster.admin()
-    rf = min(3, cluster.n)
-    new = [NewTopic(ctx.topic(name), spec["partitions"], rf) for name, spec in plan["topics"].items()]
+    new = [NewTopic(ctx.topic(name), spec["partitions"], spec.get("replicas", min(3, cluster.n)),
+                    config={k: setting_text(v) for k, v in spec.get("config", {}).items()})
+           for name, spec in plan["topics"].items()]
     for topic, fut in admin.create_topics(new).items():
         try:
             fut.result(30)
         except KafkaException as exc:
-            raise SetupError(f"could not create topic {topic}: {exc}") from None
+            raise SetupError(f"could not create topic {topic}: {exc}; if the plan sets "
+                             f"topics.<name>.config, check it") from None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         meta = admin.list_topics(timeout=10)

@@ -1,0 +1,78 @@
+"""A plan's broker settings reach the real brokers, the history and the report, and the
+next plan without them gets the harness's settings back."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from onceproof.checkers.history import CLUSTER, NEMESIS
+from onceproof.errors import SetupError
+from onceproof.report.page import write_report
+from onceproof.trial import run_trial
+
+pytestmark = pytest.mark.cluster
+
+PLAN = {"topics": {"t": {"partitions": 1, "replicas": 2,
+                         "config": {"min.insync.replicas": 2, "max.message.bytes": 500000}}},
+        "clients": {"p0": {"role": "producer"}},
+        "steps": [{"ops": {"p0": {"f": "send", "n": 2}}}]}
+
+
+def _broker_setting(cluster, key: str) -> str:
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(cluster.nodes[0]))
+    entries = cluster.admin().describe_configs([resource])[resource].result(15)
+    return entries[key].value
+
+
+def _cluster_op(folder) -> dict:
+    for line in (folder / "history.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["process"] == NEMESIS and event["f"] == CLUSTER and event["type"] == "ok":
+            return event["value"]
+    raise AssertionError("the history records no cluster op")
+
+
+def _topic_of(folder) -> str:
+    for line in (folder / "history.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["f"] == "send" and event["type"] == "ok":
+            return event["value"]["records"][0]["topic"]
+    raise AssertionError("no acknowledged send")
+
+
+def test_a_plan_runs_on_brokers_with_its_settings_then_the_next_gets_the_defaults(
+        cluster, tmp_path):
+    plan = {**PLAN, "broker": {"log.flush.interval.messages": 7,
+                               "unclean.leader.election.enable": True}}
+    trial = run_trial(plan, cluster, tmp_path / "with")
+    assert trial.exercised["acknowledged_writes"] == 2
+    assert _broker_setting(cluster, "log.flush.interval.messages") == "7"
+    assert _broker_setting(cluster, "unclean.leader.election.enable") == "true"
+    recorded = _cluster_op(tmp_path / "with")
+    assert recorded["broker"] == {"log.flush.interval.messages": "7",
+                                  "unclean.leader.election.enable": "true"}
+    assert recorded["kafka_version"] == cluster.dist.version
+    topic = _topic_of(tmp_path / "with")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = cluster.admin().describe_configs([resource])[resource].result(15)
+    assert entries["max.message.bytes"].value == "500000"
+    replicas = cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].replicas
+    assert len(replicas) == 2
+    page = write_report(tmp_path / "with").read_text()
+    assert "broker settings" in page and "log.flush.interval.messages=7" in page
+
+    trial = run_trial(PLAN, cluster, tmp_path / "without")
+    assert trial.exercised["acknowledged_writes"] == 2
+    assert _broker_setting(cluster, "unclean.leader.election.enable") == "false"
+    assert _cluster_op(tmp_path / "without")["broker"] == {}
+
+
+def test_a_setting_kafka_refuses_is_one_line_naming_it(cluster):
+    try:
+        with pytest.raises(SetupError) as caught:
+            cluster.configure({"min.insync.replicas": "many"}, timeout=90)
+        assert "\n" not in str(caught.value) and "min.insync.replicas" in str(caught.value)
+    finally:
+        cluster.configure({})
