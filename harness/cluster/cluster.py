@@ -226,8 +226,11 @@ class Cluster:
                        self.topology.cluster_id, "-c", str(d / "server.properties")),
             capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
+            lines = (proc.stdout + proc.stderr).strip().splitlines()
+            # The cause, not the last line of its stack trace.
+            said = [l.strip() for l in lines if "Exception" in l and not l.lstrip().startswith("at ")]
             raise SetupError(f"formatting node {node}'s storage failed: "
-                             f"{(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
+                             f"{(said or lines or ['no output'])[-1][:300]}")
 
     def _start_node(self, node: int) -> None:
         d = self.node_dir(node)
