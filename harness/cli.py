@@ -155,6 +155,9 @@ def status(root: str, as_json: bool) -> None:
     console.print(f"Kafka {st['kafka_version']}  bootstrap {st['bootstrap']}  "
                   f"toxiproxy {st['toxiproxy']['api']} "
                   f"({'up' if st['toxiproxy']['alive'] else 'DOWN'})")
+    if st.get("broker"):
+        console.print("Broker settings: " + ", ".join(f"{k}={v}" for k, v in sorted(
+            st["broker"].items())))
     nodes = Table("node", "pid", "state", title="Nodes")
     for n in st["nodes"]:
         state = "paused" if n["paused"] else "running" if n["alive"] else "down"
@@ -170,7 +173,6 @@ def status(root: str, as_json: bool) -> None:
 
 
 nodes_option = click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")
-
 
 
 def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):

@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from onceproof.checkers.history import CLUSTER, NEMESIS
+from onceproof.cluster.cluster import status
 from onceproof.errors import SetupError
 from onceproof.report.page import write_report
 from onceproof.trial import run_trial
@@ -46,6 +47,7 @@ def test_a_plan_runs_on_brokers_with_its_settings_then_the_next_gets_the_default
     assert recorded["broker"] == {"log.flush.interval.messages": "7",
                                   "unclean.leader.election.enable": "true"}
     assert recorded["kafka_version"] == cluster.dist.version
+    assert status(cluster.root)["broker"] == recorded["broker"]
     admin = cluster.admin()
     # The new settings started the cluster over, so the run's topic is its only one.
     [topic] = [t for t in admin.list_topics(timeout=10).topics if t.startswith("t-")]

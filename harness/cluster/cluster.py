@@ -88,6 +88,7 @@ class Cluster:
         # running plan's `broker`).
         self.base = dict(overrides or {})
         self.overrides = dict(self.base)
+        self._refused = False  # the last configure failed: the next one starts over
         # Set by up(); read through the properties below, which say so when it has not run.
         self._topology: Topology | None = None
         self._dist: KafkaDist | None = None
@@ -134,9 +135,10 @@ class Cluster:
         the ones in force, every node starts over on an empty disk with them: settings
         such as the internal topics' replication apply only when a cluster is new."""
         wanted = {**self.base, **broker}
-        if wanted == self.overrides:
+        if wanted == self.overrides and not self._refused:
             return
         self.overrides = wanted
+        self._refused = True  # until the cluster is ready with them
         for node in self.topology.nodes:
             self.kill(node)
             shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
@@ -147,6 +149,7 @@ class Cluster:
             self._start_node(node)
         self.save_state()
         self.wait_ready(timeout)
+        self._refused = False
 
     def down(self) -> None:
         for name in list(self.pids):
@@ -549,6 +552,7 @@ class Cluster:
             "root": str(self.root), "nodes": self.topology.nodes, "owned": self.owned,
             "kafka_version": self._dist.version if self._dist else None,
             "cluster_id": self.topology.cluster_id, "bootstrap": self.bootstrap,
+            "broker": self.overrides,
             "toxiproxy_api": self.topology.toxiproxy_api, "pids": self.pids,
             "links": [{"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
                        "listen": l.listen, "upstream": l.upstream} for l in self.topology.links],
@@ -611,6 +615,7 @@ def status(root: str | Path) -> dict:
             proxies = {}
     return {"running": any(n["alive"] for n in nodes), "root": state["root"],
             "kafka_version": state["kafka_version"], "bootstrap": state["bootstrap"],
+            "broker": state.get("broker", {}),
             "toxiproxy": {"pid": tox_pid, "alive": procs.alive(tox_pid),
                           "api": f"{HOST}:{state['toxiproxy_api']}"},
             "nodes": nodes, "proxies": proxies, "faults": state["faults"]}
