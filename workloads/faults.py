@@ -16,14 +16,16 @@ latency on responses only; `partition_leader` cuts the leader off), so a plan's 
 always a kind of this registry.
 
 Targets: wherever a step names a node it may name a node id or a target (the leader of a
-partition, the transaction coordinator of a client, the group coordinator of a client's
-group), resolved when the fault fires and recorded as resolved. A new kind of target is
+partition or one of its in-sync followers, the transaction coordinator of a client, the
+group coordinator of a client's group), resolved when the fault fires, to a node that is
+not down, and recorded as resolved. A new kind of target is
 one more entry of TARGETS.
 
 Nothing here imports the harness: `act` drives the cluster it is handed (a Scene) through
-these primitives only: nodes, kill/pause/resume/stop/start/restart/wipe(node),
+these primitives only: nodes, down_nodes, kill/pause/resume/stop/start/restart/wipe(node),
 links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
-streams, toxicity), heal(), heal_all(), leader(topic, partition), coordinator(kind, key).
+streams, toxicity), heal(), heal_all(), leader(topic, partition), followers(topic,
+partition), coordinator(kind, key).
 """
 from __future__ import annotations
 
@@ -82,6 +84,12 @@ def _leader(scene: Scene, arg: str | None) -> int | None:
     return scene.cluster.leader(scene.names.topic(topic), int(partition))
 
 
+def _follower(scene: Scene, arg: str | None) -> int | None:
+    topic, partition = (arg.rsplit("/", 1) if arg else (scene.topics[0], "0"))
+    followers = scene.cluster.followers(scene.names.topic(topic), int(partition))
+    return followers[0] if followers else None
+
+
 def _txn_coordinator(scene: Scene, client: str | None) -> int | None:
     assert client is not None
     return scene.cluster.coordinator("transaction", scene.names.tid(client))
@@ -95,6 +103,9 @@ def _group_coordinator(scene: Scene, client: str | None) -> int | None:
 TARGETS = {
     "leader": Target("the leader of a partition, `leader:<topic>/<partition>` (plain "
                      "`leader`: the first topic's partition 0)", _leader, "partition"),
+    "follower": Target("an in-sync follower of a partition (the lowest id), "
+                       "`follower:<topic>/<partition>` (plain `follower`: of the first "
+                       "topic's partition 0)", _follower, "partition"),
     "txn_coordinator": Target("the transaction coordinator of a client's transactional id, "
                               "`txn_coordinator:<client>`", _txn_coordinator, "client"),
     "group_coordinator": Target("the group coordinator of a client's consumer group, "
@@ -119,7 +130,8 @@ def parse_target(ref) -> tuple[str, str | None] | None:
 
 
 def resolve(scene: Scene, ref) -> int:
-    """A node id stays as it is; a target is asked until it names a node of the cluster."""
+    """A node id stays as it is; a target is asked until it names a running node of the
+    cluster (for seconds after a kill, metadata may still name the dead node)."""
     if isinstance(ref, int):
         return ref
     parsed = parse_target(ref)
@@ -128,7 +140,8 @@ def resolve(scene: Scene, ref) -> int:
     deadline = time.monotonic() + target.patience
     while True:
         node = target.find(scene, parsed[1])
-        if node is not None and node in scene.cluster.nodes:
+        if (node is not None and node in scene.cluster.nodes
+                and node not in scene.cluster.down_nodes):
             return node
         if time.monotonic() > deadline:
             raise NoTarget(f"no {ref} known: {target.doc}")
@@ -427,6 +440,8 @@ def _partitions(plan: dict) -> st.SearchStrategy:
 _AIMS: dict[str, tuple[str, Callable[[dict], st.SearchStrategy]]] = {
     "leader": ("the leader of one of the plan's partitions",
                lambda plan: _partitions(plan).map(lambda tp: f"leader:{tp}")),
+    "follower": ("an in-sync follower of one of the plan's partitions",
+                 lambda plan: _partitions(plan).map(lambda tp: f"follower:{tp}")),
     "txn_coordinator": ("the transaction coordinator of one of the plan's transactional "
                         "clients",
                         lambda plan: _clients_of(TRANSACTIONAL, "txn_coordinator")(plan).map(
@@ -465,6 +480,9 @@ PRESETS = {p.name: p for p in [
            "partition", lambda nodes, plan: st.just({"f": "partition", "sides": [["leader"], []]})),
 ] + [Preset(f"{kind}_{aim}", what, kind, _aimed(aim, _on_target(kind)))
      for aim, (what, _) in _AIMS.items() for kind in ("pause", "kill", "isolate")
+] + [Preset("wipe_leader", "the leader of one of the plan's partitions loses its disk "
+            "(killed, its data deleted; it stays down until started)", "wipe",
+            _aimed("leader", _on_target("wipe")))
 ] + [Preset(f"slow_{aim}", f"latency of 100-5000 ms on 30-70% of the client connections "
             f"of {what}", "latency", _aimed(aim, _slow))
      for aim, (what, _) in _AIMS.items()]}

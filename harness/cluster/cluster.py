@@ -351,11 +351,22 @@ class Cluster:
     def leader(self, topic: str, partition: int) -> int | None:
         """The leader of a partition as a fresh client sees it now (None: none known).
         A fresh client each time: mid-fault, any one broker's view may be stale or empty."""
+        part = self._partition(topic, partition)
+        return part.leader if part is not None and part.leader >= 0 else None
+
+    def followers(self, topic: str, partition: int) -> list[int]:
+        """The in-sync replicas of a partition other than its leader, as a fresh client
+        sees them now (empty: none known)."""
+        part = self._partition(topic, partition)
+        if part is None or part.leader < 0:
+            return []
+        return sorted(r for r in part.isrs if r != part.leader)
+
+    def _partition(self, topic: str, partition: int):
         try:
-            part = self.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(partition)
+            return self.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(partition)
         except (KafkaException, KeyError):
             return None
-        return part.leader if part is not None and part.leader >= 0 else None
 
     def coordinator(self, kind: str, key: str) -> int | None:
         """The node coordinating a transactional id (kind "transaction") or a group
