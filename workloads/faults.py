@@ -18,11 +18,11 @@ always a kind of this registry.
 Targets: wherever a step names a node it may name a node id or a target (the leader of a
 partition or one of its in-sync followers, the transaction coordinator of a client, the
 group coordinator of a client's group), resolved when the fault fires, to a node that is
-not down, and recorded as resolved. A new kind of target is
+neither down nor paused, and recorded as resolved. A new kind of target is
 one more entry of TARGETS.
 
 Nothing here imports the harness: `act` drives the cluster it is handed (a Scene) through
-these primitives only: nodes, down_nodes, kill/pause/resume/stop/start/restart/wipe(node),
+these primitives only: nodes, down_nodes, paused, kill/pause/resume/stop/start/restart/wipe(node),
 links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
 streams, toxicity), heal(), heal_all(), leader(topic, partition), followers(topic,
 partition), coordinator(kind, key).
@@ -131,7 +131,8 @@ def parse_target(ref) -> tuple[str, str | None] | None:
 
 def resolve(scene: Scene, ref) -> int:
     """A node id stays as it is; a target is asked until it names a running node of the
-    cluster (for seconds after a kill, metadata may still name the dead node)."""
+    cluster, neither down nor paused (for seconds after a kill, metadata may still name
+    the dead node)."""
     if isinstance(ref, int):
         return ref
     parsed = parse_target(ref)
@@ -141,7 +142,7 @@ def resolve(scene: Scene, ref) -> int:
     while True:
         node = target.find(scene, parsed[1])
         if (node is not None and node in scene.cluster.nodes
-                and node not in scene.cluster.down_nodes):
+                and node not in scene.cluster.down_nodes | scene.cluster.paused):
             return node
         if time.monotonic() > deadline:
             raise NoTarget(f"no {ref} known: {target.doc}")
