@@ -72,3 +72,31 @@ def test_a_setting_kafka_refuses_is_one_line_naming_it(cluster):
         assert "\n" not in str(caught.value) and "min.insync.replicas" in str(caught.value)
     finally:
         cluster.configure({})
+
+
+def _lagging_leader_dies(broker: dict) -> dict:
+    """Both followers fall behind on replication, writes are acknowledged by the leader
+    alone (min.insync.replicas=1), then the leader is killed while they still lag."""
+    return {"topics": {"t": {"partitions": 1}}, "broker": {"min.insync.replicas": 1, **broker},
+            "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"}},
+            "steps": [
+                {"fault": {"f": "latency", "ms": 6000, "node": "leader:t/0", "kinds": ["repl"]}},
+                {"ops": {"p0": {"f": "send", "n": 3}}},
+                {"ops": {"p0": {"f": "send", "n": 2}}},
+                {"fault": {"f": "kill", "node": "leader:t/0"}},
+                {"ops": {"p0": {"f": "send", "n": 2}, "c0": {"f": "poll"}}},
+                {"fault": {"f": "heal"}},
+                {"fault": {"f": "start"}},
+                {"ops": {"p0": {"f": "send", "n": 1}, "c0": {"f": "poll"}}}]}
+
+
+def test_unclean_election_loses_what_only_the_dead_leader_had_and_clean_waits_for_it(
+        cluster, tmp_path):
+    # The same faults on the same settings but one: the broker config alone decides.
+    clean = run_trial(_lagging_leader_dies({}), cluster, tmp_path / "clean")
+    assert clean.exercised["acknowledged_writes"] > 0
+    assert clean.verdict.valid, clean.verdict.counts
+    unclean = run_trial(_lagging_leader_dies({"unclean.leader.election.enable": True}),
+                        cluster, tmp_path / "unclean")
+    assert unclean.exercised["acknowledged_writes"] > 0
+    assert {"lost_write", "unseen"} & set(unclean.verdict.counts), unclean.verdict.counts

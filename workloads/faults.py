@@ -473,6 +473,14 @@ def _slow(ref: str) -> st.SearchStrategy:
                    "toxicity": t[1]})
 
 
+def _lag(ref: str) -> st.SearchStrategy:
+    # Replication only: a follower whose fetches take longer than replica.lag.time.max.ms
+    # leaves the ISR, yet it is alive and its controller links work, so it can be elected.
+    # A paused or isolated follower is also out of the quorum, and two of them leave the
+    # leader without one to shrink the ISR.
+    return st.just({"f": "latency", "ms": 6000, "node": ref, "kinds": ["repl"]})
+
+
 PRESETS = {p.name: p for p in [
     Preset("slow_acks", "latency of 3 s on responses only: a write lands, its producer does "
            "not hear of it in time and retries", "latency",
@@ -484,6 +492,10 @@ PRESETS = {p.name: p for p in [
 ] + [Preset("wipe_leader", "the leader of one of the plan's partitions loses its disk "
             "(killed, its data deleted; it stays down until started)", "wipe",
             _aimed("leader", _on_target("wipe")))
+] + [Preset("lag_followers", "latency of 6 s on the replication links of the leader of "
+            "one of the plan's partitions: its followers fall out of sync (past the harness's "
+            "replica.lag.time.max.ms of 4 s) while every node stays in the controller quorum",
+            "latency", _aimed("leader", _lag))
 ] + [Preset(f"slow_{aim}", f"latency of 100-5000 ms on 30-70% of the client connections "
             f"of {what}", "latency", _aimed(aim, _slow))
      for aim, (what, _) in _AIMS.items()]}

@@ -135,7 +135,13 @@ def _offsets(cluster: Cluster, tps: list[TopicPartition], isolation) -> dict:
     admin = cluster.admin()
     req = {tp: OffsetSpec.latest() for tp in tps}
     futures = admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
-    return {(tp.topic, tp.partition): fut.result(15).offset for tp, fut in futures.items()}
+    out = {}
+    for tp, fut in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = fut.result(15).offset
+        except KafkaException as exc:
+            raise KafkaException(f"{tp.topic}/{tp.partition}: {exc}") from None
+    return out
 
 
 def _all_tps(ctx: RunContext) -> list[TopicPartition]:
@@ -158,6 +164,20 @@ def _settle(cluster: Cluster, ctx: RunContext) -> None:
     # watermarks recorded after the final reads show it.
 
 
+def _watermarks(consumer, tp: TopicPartition) -> tuple[int, int] | None:
+    """A partition's (low, high) watermarks, or None when it has had no leader for
+    FINAL_READ_TIMEOUT (a partition left offline is read no further; the watermarks op
+    that ends the final reads fails and says which)."""
+    deadline = time.monotonic() + FINAL_READ_TIMEOUT
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(1)
+
+
 def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     """Read every partition of every topic from the beginning up to its high watermark,
     then record the watermarks as the brokers report them: lso < high after settling
@@ -168,8 +188,8 @@ def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
                                plan, ctx, topic=topic, final=True)
         try:
             reader.seek_to(reader.resolve("beginning") or [])
-            goal = {tp.partition: reader.consumer.get_watermark_offsets(tp, timeout=10)
-                    for tp in reader.tps}
+            goal = {tp.partition: marks for tp in reader.tps
+                    if (marks := _watermarks(reader.consumer, tp)) is not None}
             lows.update({(topic, p): low for p, (low, _) in goal.items()})
             deadline = time.monotonic() + FINAL_READ_TIMEOUT
             while time.monotonic() < deadline:
