@@ -222,6 +222,15 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(process="", op="the call", txn="the call's transaction",
           detail="the call, its timeout and how long it took"),
        severity=LIVENESS),
+    _a("unrecovered_partition", "liveness", """
+       The last watermarks read name no high watermark for a partition: no leader
+       answered for it through the final reads, after every fault was undone and every
+       node started. The cluster kept it offline (a safe choice when no replica it may
+       elect has every acknowledged write), so its writes could not be read at the end
+       and whether any was lost is not known.""",
+       _w(**_AT, op="the watermarks op",
+          detail="how many of its surely written values the final phase did not read"),
+       severity=LIVENESS),
 )
 
 BY_NAME = MappingProxyType({a.name: a for a in REGISTRY})

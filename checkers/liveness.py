@@ -1,4 +1,4 @@
-"""Liveness: late_return.
+"""Liveness: late_return, unrecovered_partition.
 
 A client call that is given a timeout promises to return within it: librdkafka bounds
 commit_transaction, abort_transaction, send_offsets_to_transaction, flush, consume and
@@ -12,12 +12,21 @@ reports it apart from the safety verdict.
 The history says which timeout each call was given (`timeout_ms` in its invoke value);
 ops without one are not judged. Unlike every other family, this one reads the ops table
 on the driver, not the per-partition steps: a call belongs to no partition.
+
+A partition that no leader answered for through the final phase, after every fault was
+undone and every node started, is the cluster's stall: its writes could be neither read
+nor judged lost (lost_write and unseen need a final read that went over them), so the
+verdict says so rather than passing over them in silence. That one is judged per
+partition, from its last watermarks.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from .anomaly import LIVENESS, of_family
+from . import coverage, engine
+from .anomaly import LIVENESS, num, of_family
+from .partlog import PartitionLog
+from .tables import COMMITTED
 
 TYPES = of_family("liveness")
 
@@ -57,3 +66,18 @@ def _given_up(row) -> bool:
     # run/clients.py `Hung`: the harness stopped waiting; the call itself never returned.
     return isinstance(row["error"], str) and "did not return" in row["error"]
 
+
+
+def partition(pl: PartitionLog) -> list[pd.DataFrame]:
+    """unrecovered_partition: the last watermarks read have no high watermark for the
+    partition (the harness records null when no leader answered for it)."""
+    if pl.watermarks.empty or pd.notna(pl.watermarks.iloc[-1]["high"]):
+        return []
+    last = pl.watermarks.iloc[-1]
+    cov = coverage.of(pl)
+    unread = int(((cov["status"] == COMMITTED) & ~cov["seen_final"]).sum()) if len(cov) else 0
+    return [engine.anomalies([{
+        "type": "unrecovered_partition", "severity": LIVENESS, "process": last["process"],
+        "op": num(last["op"]),
+        "detail": f"no leader answered for it in the final phase; {unread} surely written "
+                  "values in it were not read there"}])]

@@ -1,5 +1,6 @@
-"""late_return (checkers/liveness.py): a call that overstays its own timeout is a stall,
-reported apart from safety: the history stays valid and becomes not live."""
+"""late_return and unrecovered_partition (checkers/liveness.py): a call that overstays its
+own timeout, or a partition left without a leader, is a stall, reported apart from
+safety: the history stays valid and becomes not live."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import pytest
 from onceproof.checkers import check
 from onceproof.checkers.liveness import LATE_MS
 from onceproof.checkers.render import run_check
-from tests.histories import example, found
+from tests.histories import History, example, found, verdict
 
 S = 1_000_000_000  # nanoseconds in a second, the unit of an event's time
 
@@ -136,3 +137,28 @@ def test_one_acknowledged_write_is_evidence(tmp_path):
                  ("p", "send", {"records": [record]}, 1, "ok", 2, None))
     v = check(h)
     assert v.unknown is None and v.fine and v.headline == "VALID"
+
+
+def test_a_partition_left_without_a_leader_is_a_stall_that_names_its_unread_writes(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (1, 3, 0)])
+    h.seek("final", [(1, 0)], final=True)
+    h.poll("final", [(1, 0, 3)], final=True)
+    # Partition 0 had no leader to the end: the harness records its watermarks as null.
+    wm = h.watermarks("final", [(0, None, None, None), (1, 0, 1, 1)])
+    v = verdict(h)
+    assert v.valid and not v.live and v.stalls == ["unrecovered_partition"], v.summary()
+    ex = example(v, "unrecovered_partition", process="final", op=wm, topic="t", partition=0)
+    assert "2 surely written values in it were not read there" in ex["detail"]
+    # Unread for want of a leader, so neither lost nor unseen: nobody went over them.
+    assert found(v) == {"unrecovered_partition"}
+
+
+def test_a_partition_read_to_its_high_watermark_has_recovered(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1)], final=True)
+    h.watermarks("final", [(0, 0, 1, 1)])
+    v = verdict(h)
+    assert v.valid and v.live and "unrecovered_partition" not in found(v), v.summary()

@@ -113,6 +113,9 @@ def kitchen_sink(path) -> History:
         h.commit(proc, txn)
     scene("liveness")
     h.late("pl", "commit_txn", timeout_s=20, took_s=40, type="info")
+    scene("unrecovered")
+    h.send("p0", [(0, 1, 0)])
+    h.watermarks("f", [(0, None, None, None)])
     h.close()
     return h
 

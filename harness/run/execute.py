@@ -132,15 +132,17 @@ def apply_fault(cluster: Cluster, ctx: RunContext, step: dict) -> None:
 
 
 def _offsets(cluster: Cluster, tps: list[TopicPartition], isolation) -> dict:
+    """The latest offset of each partition under `isolation`; a partition no leader
+    answers for maps to None."""
     admin = cluster.admin()
     req = {tp: OffsetSpec.latest() for tp in tps}
     futures = admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
-    out = {}
+    out: dict[tuple[str, int], int | None] = {}
     for tp, fut in futures.items():
         try:
             out[(tp.topic, tp.partition)] = fut.result(15).offset
-        except KafkaException as exc:
-            raise KafkaException(f"{tp.topic}/{tp.partition}: {exc}") from None
+        except KafkaException:
+            out[(tp.topic, tp.partition)] = None
     return out
 
 
@@ -155,7 +157,7 @@ def _settle(cluster: Cluster, ctx: RunContext) -> None:
         try:
             high = _offsets(cluster, _all_tps(ctx), IsolationLevel.READ_UNCOMMITTED)
             lso = _offsets(cluster, _all_tps(ctx), IsolationLevel.READ_COMMITTED)
-            if high == lso:
+            if high == lso and None not in high.values():
                 return
         except KafkaException:
             pass
@@ -166,8 +168,8 @@ def _settle(cluster: Cluster, ctx: RunContext) -> None:
 
 def _watermarks(consumer, tp: TopicPartition) -> tuple[int, int] | None:
     """A partition's (low, high) watermarks, or None when it has had no leader for
-    FINAL_READ_TIMEOUT (a partition left offline is read no further; the watermarks op
-    that ends the final reads fails and says which)."""
+    FINAL_READ_TIMEOUT: a partition left offline is read no further, and the watermarks
+    op that ends the final reads gives it no high watermark."""
     deadline = time.monotonic() + FINAL_READ_TIMEOUT
     while True:
         try:
@@ -208,8 +210,11 @@ def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     except KafkaException as exc:
         ctx.writer.fail(h, str(exc))
         return
-    ctx.writer.ok(h, {"partitions": [
-        {"topic": ctx.plan_topic(tp.topic), "partition": tp.partition,
-         "low": lows.get((ctx.plan_topic(tp.topic), tp.partition), 0),
-         "high": high[(tp.topic, tp.partition)], "lso": lso[(tp.topic, tp.partition)]}
-        for tp in tps]})
+    # A partition no leader answered for has no watermarks: null, not a made-up 0.
+    rows = []
+    for tp in tps:
+        key, topic = (tp.topic, tp.partition), ctx.plan_topic(tp.topic)
+        rows.append({"topic": topic, "partition": tp.partition,
+                      "low": lows.get((topic, tp.partition), 0 if high[key] is not None else None),
+                      "high": high[key], "lso": lso[key]})
+    ctx.writer.ok(h, {"partitions": rows})

@@ -47,6 +47,8 @@ class _Script:
         self.open_first: dict[str, dict[TP, int]] = {}
         # Where the scenario's final reader starts in each partition (default 0).
         self.final_from: dict[TP, int] = {}
+        # Partitions no leader answers for in the final phase: not read, no watermarks.
+        self.offline: set[TP] = set()
 
     def val(self) -> int:
         self.value_ += 1
@@ -127,7 +129,7 @@ class _Script:
 
     # -- the final phase of the scenario's topics
     def final_events(self) -> tuple[list[Event], list[dict]]:
-        parts = sorted(self.logs)
+        parts = sorted(tp for tp in self.logs if tp not in self.offline)
         recs = []
         for tp in parts:
             for off, e in enumerate(self.logs[tp]):
@@ -150,6 +152,8 @@ class _Script:
             firsts = [f[tp] for t, f in self.open_first.items() if self.status[t] == OPEN and tp in f]
             marks.append({"topic": tp[0], "partition": tp[1], "low": 0, "high": hw,
                           "lso": min(firsts) if firsts else hw})
+        marks += [{"topic": tp[0], "partition": tp[1], "low": None, "high": None, "lso": None}
+                  for tp in sorted(self.offline)]
         return final, marks
 
 
@@ -424,6 +428,15 @@ def _sc_late_return(s: _Script) -> None:
     s.events[-1]["late_by"] = 30 * 10**9
 
 
+def _sc_unrecovered_partition(s: _Script) -> None:
+    # An acknowledged write, then the partition stays without a leader to the end; the
+    # other partition is read as usual.
+    v, w = s.val(), s.val()
+    s.send("x0", _x(0), v, s.append(_x(0), v))
+    s.send("x0", _x(1), w, s.append(_x(1), w))
+    s.offline.add(_x(0))
+
+
 # One scenario per type of the checkers' registry (checkers/anomaly.py), which
 # tests/test_synth.py holds this table to.
 SCENARIOS: dict[str, Callable[[_Script], None]] = {
@@ -449,13 +462,14 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "duplicate_output": _sc_duplicate_output,
     "lost_input": _sc_lost_input,
     "late_return": _sc_late_return,
+    "unrecovered_partition": _sc_unrecovered_partition,
 }
 
 # The injected types that do not make a history invalid: the g0 scenario is a write cycle
-# of two overlapping transactions, which Kafka allows, and late_return is a stall. (g1c
-# and g_single are injected as violations: cycles no real-time order allows; the
-# checkers report realizable ones, which valid histories contain, as notes.)
-NOTES = frozenset({"g0", "late_return"})
+# of two overlapping transactions, which Kafka allows; late_return and unrecovered_partition
+# are stalls. (g1c and g_single are injected as violations: cycles no real-time order
+# allows; the checkers report realizable ones, which valid histories contain, as notes.)
+NOTES = frozenset({"g0", "late_return", "unrecovered_partition"})
 
 # Other types an injection of a type necessarily creates too, and why. Empty for every
 # type but torn_txn: each scenario is built so its anomaly implies no other under the
