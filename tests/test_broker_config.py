@@ -11,6 +11,7 @@ from onceproof.checkers.history import CLUSTER, NEMESIS
 from onceproof.cluster.cluster import status
 from onceproof.errors import SetupError
 from onceproof.report.page import write_report
+from onceproof.run import execute
 from onceproof.trial import run_trial
 
 pytestmark = pytest.mark.cluster
@@ -74,16 +75,16 @@ def test_a_setting_kafka_refuses_is_one_line_naming_it(cluster):
         cluster.configure({})
 
 
-def _lagging_leader_dies(broker: dict) -> dict:
+def _lagging_leader_dies(broker: dict, how: str = "kill") -> dict:
     """Both followers fall behind on replication, writes are acknowledged by the leader
-    alone (min.insync.replicas=1), then the leader is killed while they still lag."""
+    alone (min.insync.replicas=1), then the leader is killed (or wiped) while they lag."""
     return {"topics": {"t": {"partitions": 1}}, "broker": {"min.insync.replicas": 1, **broker},
             "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"}},
             "steps": [
                 {"fault": {"f": "latency", "ms": 6000, "node": "leader:t/0", "kinds": ["repl"]}},
                 {"ops": {"p0": {"f": "send", "n": 3}}},
                 {"ops": {"p0": {"f": "send", "n": 2}}},
-                {"fault": {"f": "kill", "node": "leader:t/0"}},
+                {"fault": {"f": how, "node": "leader:t/0"}},
                 {"ops": {"p0": {"f": "send", "n": 2}, "c0": {"f": "poll"}}},
                 {"fault": {"f": "heal"}},
                 {"fault": {"f": "start"}},
@@ -100,3 +101,20 @@ def test_unclean_election_loses_what_only_the_dead_leader_had_and_clean_waits_fo
                         cluster, tmp_path / "unclean")
     assert unclean.exercised["acknowledged_writes"] > 0
     assert {"lost_write", "unseen"} & set(unclean.verdict.counts), unclean.verdict.counts
+
+
+def test_a_partition_the_cluster_keeps_offline_is_unrecovered_not_valid(cluster, tmp_path,
+                                                                         monkeypatch):
+    # The only in-sync replica loses its disk. With eligible leader replicas (KIP-966,
+    # on by default for new clusters from Kafka 4.1) the controller elects neither it,
+    # back empty after an unclean shutdown, nor a follower that lags, with unclean
+    # election off: the partition has no leader to the end. Shorter waits than a run's:
+    # the outcome is the same.
+    if tuple(map(int, cluster.dist.version.split(".")[:2])) < (4, 1):
+        pytest.skip("needs eligible leader replicas (KIP-966), on by default from Kafka 4.1")
+    monkeypatch.setattr(execute, "SETTLE_TIMEOUT", 15.0)
+    monkeypatch.setattr(execute, "FINAL_READ_TIMEOUT", 15.0)
+    trial = run_trial(_lagging_leader_dies({}, how="wipe"), cluster, tmp_path / "wiped")
+    assert trial.exercised["acknowledged_writes"] > 0
+    v = trial.verdict
+    assert v.valid and not v.live and v.stalls == ["unrecovered_partition"], v.summary()
