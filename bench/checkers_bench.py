@@ -7,11 +7,13 @@ Steps, each timed:
 1. synthesize a valid history of about N events with tests/support/synth/, streamed to
    JSONL (the model keeps compact per-partition arrays, never the events);
 2. convert it once to the checkers' Parquet tables (checkers.store.convert);
-3. the full check suite on those tables (checkers.check), in one SparkSession;
+3. the full check suite on those tables (checkers.check), in one SparkSession, then
+   the same checks run locally in pandas (the engine small histories get);
 4. a Spark job that only scans the same Parquet (every column of every table);
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
 
-It prints the figures: check wall time, events per second, peak RSS of the Python
+It prints the figures: end to end (convert + check, JSONL to verdict) per engine, check
+wall time, events per second, peak RSS of the Python
 driver and of the Spark JVM (sampled by psutil), and the check's time as a ratio to the
 bare scan and to the pandas checks. It asserts nothing about time: machines differ, and
 the ratios are what to compare across changes.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -120,6 +123,15 @@ def pandas_checks(tables: Path) -> dict[str, int]:
     return {"duplicate": dup, "lost_write": lost}
 
 
+def _per_s(n: int, seconds: float) -> int | None:
+    # None when a step was reused (--reuse) and so not timed.
+    return None if math.isnan(seconds) else round(n / seconds)
+
+
+def _n(x: int | None) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
 def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
     """Synthesize, convert and check one history of about `target` events; print and
     return its figures."""
@@ -147,6 +159,10 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
         verdict, t_check = timed("full check suite (Parquet, Spark)", check, tables, spark,
                                  3, None, False)
         check_driver, check_jvm = rss.driver, rss.children
+        rss.driver = 0
+        local, t_local = timed("full check suite (Parquet, local)", check, tables, None,
+                               3, None, True)
+        local_driver = rss.driver
         _, t_scan = timed("Spark scan only (Parquet)", spark_scan, spark, tables)
         found, t_pandas = timed("pandas duplicate + lost_write", pandas_checks, tables)
 
@@ -157,6 +173,11 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
                                 if f.is_file()) / 1e6, 1),
         "synthesize_s": round(t_gen, 2), "convert_s": round(t_conv, 2),
         "check_s": round(t_check, 2), "events_per_s": round(n / t_check),
+        # What a user waits for: JSONL to verdict, on each engine.
+        "end_to_end_events_per_s": _per_s(n, t_conv + t_check),
+        "check_local_s": round(t_local, 2),
+        "end_to_end_local_events_per_s": _per_s(n, t_conv + t_local),
+        "peak_rss_check_local_mb": round(local_driver / 2**20),
         "steps_per_s": round(steps / t_check),
         "scan_s": round(t_scan, 2), "pandas_s": round(t_pandas, 2),
         "check_over_scan": round(t_check / t_scan, 2),
@@ -175,10 +196,16 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
     print(f"  / Spark scan only    {figures['check_over_scan']}x  (scan {t_scan:.1f} s)")
     print(f"  / pandas dup + lost  {figures['check_over_pandas']}x  (pandas {t_pandas:.1f} s)")
     print(f"convert to Parquet     {t_conv:.1f} s (once per history)")
+    print(f"end to end             {t_conv + t_check:.1f} s on Spark "
+          f"({_n(figures['end_to_end_events_per_s'])} events/s), {t_conv + t_local:.1f} s local "
+          f"({_n(figures['end_to_end_local_events_per_s'])} events/s; local check {t_local:.1f} s, "
+          f"peak {figures['peak_rss_check_local_mb']} MB)")
     print(f"peak RSS               driver {figures['peak_rss_driver_check_mb']} MB during the "
           f"check; Spark JVM + workers {figures['peak_rss_spark_jvm_and_workers_mb']} MB; "
           f"{figures['peak_rss_synthesize_mb']} MB synthesizing, "
           f"{figures['peak_rss_convert_mb']} MB converting")
+    if local.counts != verdict.counts:
+        print(f"ENGINES DISAGREE: local found {local.counts}", flush=True)
     print(f"verdict                {'VALID' if verdict.valid else 'INVALID'} {verdict.counts}; "
           f"pandas found {found}")
     print(json.dumps(figures), flush=True)
