@@ -102,7 +102,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        The last watermarks read show a partition's last stable offset below its high
        watermark: a transaction never finished.""",
        _w(**_AT, op="the watermarks op", offset="the last stable offset",
-          detail="the high watermark")),
+          txn="the open transaction, when a write known at that offset names it",
+          detail="the high watermark, and the open transaction and its producer (or the "
+                 "transactions that may have written there)")),
     # Transactions and readers (isolation)
     _a("aborted_read", "isolation", """
        G1a: a poll (any isolation) returned a value written by a transaction that

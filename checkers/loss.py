@@ -67,16 +67,42 @@ def unseen(cov: pd.DataFrame) -> list[dict]:
 def hanging(pl: PartitionLog) -> list[dict]:
     """hanging_txn: the last watermarks read (after the final phase) show the
     partition's last stable offset below its high watermark, so some transaction in it
-    never finished and read_committed consumers are stuck behind it."""
+    never finished and read_committed consumers are stuck behind it. The last stable
+    offset is where the earliest open transaction's first record lies: the write known
+    at that offset names the open transaction and its producer; else the transactional
+    writes that did not commit and may lie there are named as candidates."""
     if pl.watermarks.empty:
         return []
     last = pl.watermarks.iloc[-1]
     if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
         return []
+    lso = float(last["lso"])
+    txn, who = _open_at(pl, lso)
     return [{"type": "hanging_txn", "severity": VIOLATION, "process": last["process"],
-             "op": num(last["op"]), "offset": num(last["lso"]),
+             "op": num(last["op"]), "offset": num(last["lso"]), "txn": txn,
              "detail": f"last stable offset {num(last['lso'])} < high watermark "
-                       f"{num(last['high'])} at the end"}]
+                       f"{num(last['high'])} at the end; {who}"}]
+
+
+def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str]:
+    """The transaction whose record is at offset `lso`, and words naming it or the
+    candidates for it."""
+    w, b = pl.writes, pl.write_bounds
+    known = b["known"].to_numpy(dtype=float, na_value=np.nan)
+    at = np.flatnonzero(known == lso)
+    if len(at):
+        row = w.iloc[at[0]]
+        if pd.isna(row["txn"]):
+            return None, f"the record there was written by {row['process']} outside any transaction"
+        return row["txn"], f"the open transaction is {row['txn']} of {row['process']}"
+    lo, hi = b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)
+    maybe = (w["txn"].notna() & (w["txn_outcome"] != COMMITTED)).to_numpy(dtype=bool) & \
+        np.isnan(known) & (lo <= lso) & (np.isnan(hi) | (hi >= lso))
+    txns = sorted({f"{t} of {p}" for t, p in zip(w["txn"][maybe], w["process"][maybe])})
+    if not txns:
+        return None, "no write of this history is known to lie there"
+    shown = ", ".join(txns[:3]) + (f" and {len(txns) - 3} more" if len(txns) > 3 else "")
+    return None, f"no write is known at that offset; transactions that may have one there: {shown}"
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:

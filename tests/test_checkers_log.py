@@ -185,3 +185,25 @@ def test_a_send_whose_ack_had_no_offset_is_ordered_by_where_a_read_found_it(tmp_
     v = verdict(h)
     assert v.counts.get("nonmonotonic_send") == 1, v.summary()
     example(v, "nonmonotonic_send", process="p", offset=3, value=2)
+
+
+def test_a_hanging_transaction_names_the_open_transaction_and_its_producer(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T")
+    h.send("p1", [(0, 2, 1)], txn="T")              # acknowledged at the stuck offset
+    h.watermarks("final", [(0, 0, 2, 1)])
+    v = verdict(h)
+    ex = example(v, "hanging_txn", offset=1)
+    assert ex["txn"] and ex["txn"] in ex["detail"] and "of p1" in ex["detail"], ex
+
+
+def test_a_hanging_transaction_no_ack_placed_names_its_candidates(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T")
+    h.send("p1", [(0, 2, None)], type="info", txn="T")  # a produce the client gave up on
+    h.watermarks("final", [(0, 0, 2, 1)])
+    v = verdict(h)
+    ex = example(v, "hanging_txn", offset=1)
+    assert ex["txn"] is None and "may have one there" in ex["detail"] and "of p1" in ex["detail"], ex
