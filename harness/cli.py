@@ -322,6 +322,10 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
     with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
         for suite in chosen:
             for shape in modes:
+                if shape not in suite.shapes:
+                    click.echo(f"{suite.name}: hunted in {', '.join(suite.shapes)} plans only, "
+                               f"not in {shape} plans (workloads/suites.py says why)", err=True)
+                    continue
                 click.echo(f"hunting {suite.name} ({shape}) ...", err=True)
                 rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
                                  replays, seed, deadline, shape))

@@ -40,6 +40,8 @@ class Suite:
     seconds: tuple[int, int] = CONCURRENT_SECONDS  # concurrent plans: how long, shortest first
     crash_every: float = 15.0  # concurrent plans: seconds between client crashes
     since: str = ""  # the first Kafka release the suite applies to, and why (after a colon)
+    # The plan shapes a search can find its failure in; more than one, a side by side.
+    shapes: tuple[str, ...] = ("rounds", "concurrent")
 
     def strategy(self, nodes: int = 3, mode: str = "rounds"):
         """Plans of either shape, with the same workload, configs, op mix and faults."""
@@ -105,6 +107,28 @@ SUITES = {s.name: s for s in [
                   "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
                                "message.timeout.ms": 5000}},
           faults=("partition_leader",), fault_percent=60),
+    # Broker configuration alone, with correct clients (idempotent, acks=all,
+    # read_committed). One partition, so every write goes where the faults aim.
+    Suite("unclean_leader_election",
+          "unclean.leader.election.enable lets a follower that fell behind lead once the "
+          "in-sync leader dies: the writes acknowledged while it lagged are truncated from "
+          "the old leader when it rejoins",
+          frozenset({"lost_write", "unseen"}), "producers",
+          # min.insync.replicas=1 (Kafka's shipped default), so the in-sync replicas can be
+          # the leader alone. On three nodes that each run a controller, an ISR of two down
+          # takes the controller quorum with it and nothing is elected at all. The same
+          # faults with unclean election off stay valid: the partition waits for its
+          # leader (tests/test_broker_config.py).
+          config={"topics": {"t": {"partitions": 1}},
+                  "broker": {"unclean.leader.election.enable": True,
+                             "min.insync.replicas": 1}},
+          # Two faults in order (the leader dies while its followers lag, after writes),
+          # so longer plans with a fault every round: 16 rounds at 100% have that order
+          # in about half the plans drawn, 10 rounds at 70% in a fifth (300 drawn each).
+          faults=("lag_followers", "kill_leader"), fault_percent=100, max_rounds=16,
+          # Concurrent plans draw each fault's time and hold (under 1.5 intervals) on their
+          # own, so a kill inside a lag that has already shrunk the ISR: 0 of 200 drawn.
+          shapes=("rounds",)),
     Suite("no_rewind_after_abort",
           "a pipeline aborts but keeps its consumer position, so the aborted input is "
           "never processed again",
