@@ -67,7 +67,6 @@ def _given_up(row) -> bool:
     return isinstance(row["error"], str) and "did not return" in row["error"]
 
 
-
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     """unrecovered_partition: the last watermarks read have no high watermark for the
     partition (the harness records null when no leader answered for it)."""

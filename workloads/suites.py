@@ -127,7 +127,8 @@ SUITES = {s.name: s for s in [
           # in about half the plans drawn, 10 rounds at 70% in a fifth (300 drawn each).
           faults=("lag_followers", "kill_leader"), fault_percent=100, max_rounds=16,
           # Concurrent plans draw each fault's time and hold (under 1.5 intervals) on their
-          # own, so a kill inside a lag that has already shrunk the ISR: 0 of 200 drawn.
+          # own, and rarely put a kill inside a lag that has already shrunk the ISR: 0 of
+          # 200 drawn did.
           shapes=("rounds",)),
     Suite("no_rewind_after_abort",
           "a pipeline aborts but keeps its consumer position, so the aborted input is "

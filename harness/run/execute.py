@@ -166,14 +166,15 @@ def _settle(cluster: Cluster, ctx: RunContext) -> None:
     # watermarks recorded after the final reads show it.
 
 
-def _watermarks(consumer, tp: TopicPartition) -> tuple[int, int] | None:
-    """A partition's (low, high) watermarks, or None when it has had no leader for
-    FINAL_READ_TIMEOUT: a partition left offline is read no further, and the watermarks
-    op that ends the final reads gives it no high watermark."""
-    deadline = time.monotonic() + FINAL_READ_TIMEOUT
+def _watermarks(consumer, tp: TopicPartition, deadline: float) -> tuple[int, int] | None:
+    """A partition's (low, high) watermarks, or None when no leader answered for it by
+    `deadline` (monotonic): a partition left offline is read no further, and the
+    watermarks op that ends the final reads gives it no high watermark. One deadline
+    for a topic's partitions, so several offline ones cost one wait, not one each."""
     while True:
         try:
-            return consumer.get_watermark_offsets(tp, timeout=10)
+            return consumer.get_watermark_offsets(
+                tp, timeout=max(1.0, min(10.0, deadline - time.monotonic())))
         except KafkaException:
             if time.monotonic() > deadline:
                 return None
@@ -190,8 +191,9 @@ def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
                                plan, ctx, topic=topic, final=True)
         try:
             reader.seek_to(reader.resolve("beginning") or [])
+            asked = time.monotonic() + FINAL_READ_TIMEOUT
             goal = {tp.partition: marks for tp in reader.tps
-                    if (marks := _watermarks(reader.consumer, tp)) is not None}
+                    if (marks := _watermarks(reader.consumer, tp, asked)) is not None}
             lows.update({(topic, p): low for p, (low, _) in goal.items()})
             deadline = time.monotonic() + FINAL_READ_TIMEOUT
             while time.monotonic() < deadline:
