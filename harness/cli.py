@@ -68,7 +68,8 @@ def _default_cluster_dir() -> str:
 
 kafka_version_option = click.option(
     "--kafka-version", envvar="ONCEPROOF_KAFKA_VERSION", default=None,
-    help="Kafka release from Maven Central (default: the newest tested 4.x).")
+    help="Kafka release from Maven Central, any KRaft release from 3.3.0 (default: the "
+         "newest tested).")
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -264,7 +265,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
                    "hunts not reached show as not run.")
 @click.option("--kafka-version", "versions", multiple=True,
               help="Kafka release to hunt on, each on its own fresh cluster (repeatable; "
-                   "default: every tested release).")
+                   "default: the newest tested release and 3.5.2).")
 @nodes_option
 @spark_option
 @artifacts_option
@@ -277,11 +278,11 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     import json
     from pathlib import Path
 
-    from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS
+    from onceproof.cluster.provision import CI_KAFKA_VERSIONS
     from onceproof.search import as_row
     from onceproof.workloads.suites import HUNTS
     rows = []
-    versions = versions or TESTED_KAFKA_VERSIONS
+    versions = versions or CI_KAFKA_VERSIONS
     for version in versions:
         registry = {n: h for n, h in HUNTS.items() if h.applies_to(version)}
         for name in sorted(set(only or HUNTS) & set(HUNTS) - set(registry)):
@@ -392,6 +393,44 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                               kafka_version, spark_master, out, mode, duration, rate,
                               clients_per_node, partitions, interval, broker))
     sys.exit(code)
+
+
+@main.command("versions")
+@click.option("--kafka-version", "versions", multiple=True,
+              help="A release to run (repeatable; default: every tested release, newest first).")
+@click.option("--workload", default="pipeline", show_default=True,
+              help="producers, transactions, pipeline or rewind.")
+@click.option("--faults", default="mixed", show_default=True,
+              help="mixed, net, node, none, or a comma-separated list of fault kinds.")
+@click.option("--duration", default=30, show_default=True, help="Seconds of workload per release.")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seed of the one plan every release runs.")
+@click.option("--out", default="onceproof-versions", show_default=True,
+              help="Where run folders, versions.json and versions.md go.")
+@nodes_option
+@spark_option
+def versions_command(versions, workload, faults, duration, seed, out, nodes, spark_master) -> None:
+    """The version matrix: the same short correct run under faults on each Kafka release,
+    each on a fresh cluster. Exit 0 when every release started and stayed valid."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS, kafka_version
+    from onceproof.run_job import JobOptions
+    from onceproof.versions import matrix, table, write
+    wanted = versions or TESTED_KAFKA_VERSIONS
+    for v in wanted:
+        kafka_version(v)  # a malformed release stops the matrix before anything starts
+    opts = JobOptions(workload=workload, faults=faults, seed=seed, nodes=nodes, out=out,
+                      duration=duration, spark_master=spark_master)
+    opts.strategy()
+    console = Console()
+    rows = matrix(tuple(wanted), opts, console)
+    console.print(table(rows))
+    write(rows, Path(out))
+    click.echo(f"table: {Path(out) / 'versions.md'}")
+    sys.exit(0 if all(r.outcome == "valid" for r in rows) else 1)
 
 
 @main.command("check")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION, TESTED_KAFKA_VERSIONS
+from onceproof.cluster.provision import CI_KAFKA_VERSIONS, DEFAULT_KAFKA_VERSION
 
 pytestmark = pytest.mark.cluster
 
@@ -99,7 +99,7 @@ def test_detached_cluster_up_status_down(tmp_path):
     assert _wait_gone(pids) == []
 
 
-@pytest.mark.parametrize("version", [v for v in TESTED_KAFKA_VERSIONS if v != DEFAULT_KAFKA_VERSION])
+@pytest.mark.parametrize("version", [v for v in CI_KAFKA_VERSIONS if v != DEFAULT_KAFKA_VERSION])
 def test_other_tested_version_accepts_the_topology(tmp_path, version):
     proc, pids = _start_harness(tmp_path / "c", version)
     proc.send_signal(signal.SIGINT)

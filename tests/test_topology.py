@@ -45,6 +45,17 @@ def test_nodes_reach_each_other_only_through_proxies():
                 assert port == topo.link(kind, src, node).listen
 
 
+def test_controller_listeners_are_advertised_from_3_9_only():
+    # Before KIP-853 (3.9) a node that is also a broker may not advertise them; from it
+    # they must be, or a Raft leader announces its real ports and peers bypass the proxies.
+    topo = Topology.allocate(3)
+    for release, advertised in [((3, 5, 2), False), ((3, 8, 1), False), ((3, 9, 0), True),
+                                ((4, 4, 0), True)]:
+        props = topo.server_properties(1, "/tmp/x", release=release)
+        assert ("CTL_FROM_" in props["advertised.listeners"]) is advertised, release
+        assert "CTL_FROM_1" in props["listeners"]
+
+
 def test_partition_cuts_exactly_the_crossing_links_both_ways():
     topo = Topology.allocate(3)
     cut = {(l.kind, l.src, l.dst) for l in topo.crossing([[1], [2, 3]])}

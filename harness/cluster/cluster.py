@@ -210,7 +210,8 @@ class Cluster:
     def _configure(self, node: int) -> None:
         d = self.node_dir(node)
         (d / "data").mkdir(parents=True, exist_ok=True)
-        props = self.topology.server_properties(node, str(d / "data"), self.overrides)
+        props = self.topology.server_properties(node, str(d / "data"), self.overrides,
+                                                self.dist.release)
         (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         template = _LOG4J2 if self.dist.major >= 4 else _LOG4J1
         (d / "log4j.properties").write_text(template.format(log=d / "server.log"))

@@ -15,9 +15,14 @@ from pathlib import Path
 
 from onceproof.errors import SetupError
 
-DEFAULT_KAFKA_VERSION = "4.3.1"
-# The versions the test suite runs against; others that Maven Central serves may work.
-TESTED_KAFKA_VERSIONS = ("4.3.1", "3.9.2")
+# The newest patch of every KRaft minor line, newest first: the releases the nightly's
+# version matrix runs (`onceproof versions`). Other patches Maven Central serves run too.
+TESTED_KAFKA_VERSIONS = ("4.4.0", "4.3.1", "4.2.2", "4.1.2", "4.0.2", "3.9.2", "3.8.1",
+                         "3.7.2", "3.6.2", "3.5.2", "3.4.1", "3.3.2")
+DEFAULT_KAFKA_VERSION = TESTED_KAFKA_VERSIONS[0]
+# CI's pair, and the releases hunts run on unless told: the newest, and the newest line
+# before KIP-890's transaction verification (3.6), where KAFKA-12671 is documented.
+CI_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, "3.5.2")
 TOXIPROXY_VERSION = "v2.12.0"  # the newest release; `go install` builds it with Go 1.23+
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 
@@ -38,10 +43,11 @@ def cache_dir() -> Path:
 def kafka_version(requested: str | None = None) -> str:
     version = requested or os.environ.get("ONCEPROOF_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
     match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not match or int(match.group(1)) not in _BINDINGS:
+    if not match or not (3, 3) <= (int(match.group(1)), int(match.group(2))) < (5, 0):
         raise SetupError(
-            f"unknown Kafka version {version!r}: use a 3.x or 4.x release such as "
-            f"{' or '.join(TESTED_KAFKA_VERSIONS)} (--kafka-version or ONCEPROOF_KAFKA_VERSION)")
+            f"unknown Kafka version {version!r}: use a KRaft release from 3.3.0 to 4.x, such "
+            f"as {', '.join(TESTED_KAFKA_VERSIONS[:3])} or {TESTED_KAFKA_VERSIONS[-1]} "
+            f"(--kafka-version or ONCEPROOF_KAFKA_VERSION)")
     return version
 
 
@@ -58,8 +64,12 @@ class KafkaDist:
     libs: Path
 
     @property
+    def release(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.version.split("."))
+
+    @property
     def major(self) -> int:
-        return int(self.version.split(".")[0])
+        return self.release[0]
 
     @property
     def classpath(self) -> str:

@@ -101,7 +101,10 @@ class Topology:
     def bootstrap(self) -> str:
         return ",".join(f"{HOST}:{self.link('client', 0, i).listen}" for i in self.nodes)
 
-    def server_properties(self, node: int, data_dir: str, overrides: dict | None = None) -> dict:
+    def server_properties(self, node: int, data_dir: str, overrides: dict | None = None,
+                          release: tuple[int, ...] = (4,)) -> dict:
+        """Node `node`'s server.properties for Kafka `release` (its version as numbers):
+        the one place where settings differ between releases."""
         p = self.ports[node]
         def via(kind: str, src: int, dst: int, real: int) -> int:
             return real if src == dst else self.link(kind, src, dst).listen
@@ -111,8 +114,13 @@ class Topology:
         listeners += [f"CTL_FROM_{j}://{HOST}:{p.controller[j]}" for j in self.nodes]
         listeners += [f"REPL_FROM_{j}://{HOST}:{p.repl[j]}" for j in self.nodes]
         advertised = [f"CLIENT://{HOST}:{self.link('client', 0, node).listen}"]
-        advertised += [f"CTL_FROM_{j}://{HOST}:{via('ctl', j, node, p.controller[j])}"
-                       for j in self.nodes]
+        if release >= (3, 9):
+            advertised += [f"CTL_FROM_{j}://{HOST}:{via('ctl', j, node, p.controller[j])}"
+                           for j in self.nodes]
+        # Before 3.9 (KIP-853) a node that is also a broker must not advertise controller
+        # listeners: the storage tool and the broker refuse them. Nor does it need to: a
+        # Raft leader did not announce its endpoints then, and peers found each other
+        # only through controller.quorum.voters, which names the proxies.
         advertised += [f"REPL_FROM_{j}://{HOST}:{via('repl', j, node, p.repl[j])}"
                        for j in self.nodes]
         voters = [f"{i}@{HOST}:{via('ctl', node, i, self.ports[i].controller[node])}"
