@@ -69,7 +69,7 @@ def _default_cluster_dir() -> str:
 kafka_version_option = click.option(
     "--kafka-version", envvar="ONCEPROOF_KAFKA_VERSION", default=None,
     help="Kafka release from Maven Central, any KRaft release from 3.3.0 (default: the "
-         "newest tested).")
+         "release `onceproof --version` names).")
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -265,7 +265,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
                    "hunts not reached show as not run.")
 @click.option("--kafka-version", "versions", multiple=True,
               help="Kafka release to hunt on, each on its own fresh cluster (repeatable; "
-                   "default: the newest tested release and 3.5.2).")
+                   "default: the default release and 3.5.2).")
 @nodes_option
 @spark_option
 @artifacts_option

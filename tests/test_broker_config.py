@@ -118,7 +118,7 @@ def test_a_partition_the_cluster_keeps_offline_is_unrecovered_not_valid(cluster,
     # that lags, with unclean election off, and until its periodic check the wiped node
     # neither: the partition has no leader to the end. Shorter waits than a run's: the
     # outcome is the same.
-    if tuple(map(int, cluster.dist.version.split(".")[:2])) < (4, 1):
+    if cluster.dist.release < (4, 1):
         pytest.skip("needs eligible leader replicas (KIP-966), on by default from Kafka 4.1")
     monkeypatch.setattr(execute, "SETTLE_TIMEOUT", 15.0)
     monkeypatch.setattr(execute, "FINAL_READ_TIMEOUT", 15.0)
@@ -132,7 +132,7 @@ def test_the_wiped_last_leader_is_elected_back_empty_and_acknowledged_writes_are
         cluster, tmp_path):
     # The same faults, and the periodic check runs within the run: it elects the wiped
     # node, empty, and the followers truncate to it (docs/findings.md, Session 4).
-    if tuple(map(int, cluster.dist.version.split(".")[:2])) < (4, 1):
+    if cluster.dist.release < (4, 1):
         pytest.skip("needs eligible leader replicas (KIP-966), on by default from Kafka 4.1")
     trial = run_trial(_lagging_leader_dies(FREQUENT_CHECKS, how="wipe"), cluster,
                       tmp_path / "elected")

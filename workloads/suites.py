@@ -73,6 +73,24 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
+def _lagging_leader_lost(name: str, why: str, broker: dict, leader_fault: str) -> Suite:
+    """A known-bad broker configuration: the followers of the one partition's leader lag,
+    writes are acknowledged by the leader alone, then `leader_fault` takes the leader
+    while they still lag; acknowledged writes must be found lost."""
+    return Suite(name, why, frozenset({"lost_write", "unseen"}), "producers",
+                 # One partition, so every write goes where the faults aim.
+                 config={"topics": {"t": {"partitions": 1}}, "broker": broker},
+                 # Two faults in order (the leader goes while its followers lag, after
+                 # writes), so longer plans with a fault every round: 16 rounds at 100% have
+                 # that order in about half the plans drawn, 10 rounds at 70% in a fifth
+                 # (300 drawn each).
+                 faults=("lag_followers", leader_fault), fault_percent=100, max_rounds=16,
+                 # Concurrent plans draw each fault's time and hold (under 1.5 intervals)
+                 # on their own, and rarely put a kill inside a lag that has already shrunk
+                 # the ISR: 0 of 200 drawn did.
+                 shapes=("rounds",))
+
+
 SUITES = {s.name: s for s in [
     Suite("non_idempotent_retries",
           "a producer without idempotence retries a write whose ack was slow, and the "
@@ -108,43 +126,29 @@ SUITES = {s.name: s for s in [
                                "message.timeout.ms": 5000}},
           faults=("partition_leader",), fault_percent=60),
     # Broker configuration alone, with correct clients (idempotent, acks=all,
-    # read_committed). One partition, so every write goes where the faults aim.
-    Suite("unclean_leader_election",
-          "unclean.leader.election.enable lets a follower that fell behind lead once the "
-          "in-sync leader dies: the writes acknowledged while it lagged are truncated from "
-          "the old leader when it rejoins",
-          frozenset({"lost_write", "unseen"}), "producers",
-          # min.insync.replicas=1 (Kafka's shipped default), so the in-sync replicas can be
-          # the leader alone. On three nodes that each run a controller, an ISR of two down
-          # takes the controller quorum with it and nothing is elected at all. The same
-          # faults with unclean election off stay valid: the partition waits for its
-          # leader (tests/test_broker_config.py).
-          config={"topics": {"t": {"partitions": 1}},
-                  "broker": {"unclean.leader.election.enable": True,
-                             "min.insync.replicas": 1}},
-          # Two faults in order (the leader dies while its followers lag, after writes),
-          # so longer plans with a fault every round: 16 rounds at 100% have that order
-          # in about half the plans drawn, 10 rounds at 70% in a fifth (300 drawn each).
-          faults=("lag_followers", "kill_leader"), fault_percent=100, max_rounds=16,
-          # Concurrent plans draw each fault's time and hold (under 1.5 intervals) on their
-          # own, and rarely put a kill inside a lag that has already shrunk the ISR: 0 of
-          # 200 drawn did.
-          shapes=("rounds",)),
-    Suite("min_insync_1_disk_loss",
-          "min.insync.replicas=1 lets acks=all mean the leader alone once its followers "
-          "lag; that leader loses its disk, comes back empty and is elected again: the "
-          "followers truncate to its empty log",
-          frozenset({"lost_write", "unseen"}), "producers",
-          # Unclean election stays off. On 4.3.1 (eligible leader replicas, KIP-966) the
-          # controller keeps the partition offline until its periodic leader adjustment,
-          # which elects the last known leader back, empty (docs/findings.md). That check
-          # runs every 300 s by default; 10 s here only brings it inside a plan.
-          config={"topics": {"t": {"partitions": 1}},
-                  "broker": {"min.insync.replicas": 1,
-                             "leader.imbalance.check.interval.seconds": 10}},
-          # The same order as unclean_leader_election: followers lag, then the leader goes.
-          faults=("lag_followers", "wipe_leader"), fault_percent=100, max_rounds=16,
-          shapes=("rounds",)),
+    # read_committed): see _lagging_leader_lost.
+    _lagging_leader_lost(
+        "unclean_leader_election",
+        "unclean.leader.election.enable lets a follower that fell behind lead once the "
+        "in-sync leader dies: the writes acknowledged while it lagged are truncated from "
+        "the old leader when it rejoins",
+        # min.insync.replicas=1 (Kafka's shipped default), so the in-sync replicas can be
+        # the leader alone. On three nodes that each run a controller, an ISR of two down
+        # takes the controller quorum with it and nothing is elected at all. The same
+        # faults with unclean election off stay valid: the partition waits for its
+        # leader (tests/test_broker_config.py).
+        {"unclean.leader.election.enable": True, "min.insync.replicas": 1}, "kill_leader"),
+    _lagging_leader_lost(
+        "min_insync_1_disk_loss",
+        "min.insync.replicas=1 lets acks=all mean the leader alone once its followers "
+        "lag; that leader loses its disk, comes back empty and is elected again: the "
+        "followers truncate to its empty log",
+        # Unclean election stays off. On 4.3.1 (eligible leader replicas, KIP-966) the
+        # controller keeps the partition offline until its periodic leader adjustment,
+        # which elects the last known leader back, empty (docs/findings.md). That check
+        # runs every 300 s by default; 10 s here only brings it inside a plan.
+        {"min.insync.replicas": 1, "leader.imbalance.check.interval.seconds": 10},
+        "wipe_leader"),
     Suite("no_rewind_after_abort",
           "a pipeline aborts but keeps its consumer position, so the aborted input is "
           "never processed again",

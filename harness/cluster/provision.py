@@ -22,7 +22,7 @@ TESTED_KAFKA_VERSIONS = ("4.4.0", "4.3.1", "4.2.2", "4.1.2", "4.0.2", "3.9.2", "
 # 4.4.0 starts and runs valid (onceproof versions); the default moves to it once a
 # full CI run has passed on it.
 DEFAULT_KAFKA_VERSION = "4.3.1"
-# CI's pair, and the releases hunts run on unless told: the newest, and the newest line
+# CI's pair, and the releases hunts run on unless told: the default, and the newest line
 # before KIP-890's transaction verification (3.6), where KAFKA-12671 is documented.
 CI_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, "3.5.2")
 TOXIPROXY_VERSION = "v2.12.0"  # the newest release; `go install` builds it with Go 1.23+
