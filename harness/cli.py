@@ -252,6 +252,65 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
 
 
 @main.command()
+@click.option("--only", multiple=True, help="Run only these historical suites (repeatable).")
+@click.option("--examples", default=8, show_default=True,
+              help="Plans to try per leg (every leg the same).")
+@click.option("--budget", default=300.0, show_default=True,
+              help="Seconds of shrinking per leg after its first failure.")
+@click.option("--replays", default=2, show_default=True,
+              help="Replays of each counterexample to measure how often it reproduces.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Hypothesis seed, the same on every leg, so the legs run the same plans.")
+@click.option("--json", "json_out", type=click.Path(), default=None, help="Also write rows as JSON.")
+@click.option("--time-limit", type=float, default=None,
+              help="Seconds after which no further plan starts; legs not reached show as not run.")
+@click.option("--kafka-version", "releases", multiple=True,
+              help="Run only the legs on this release (repeatable; default: every leg).")
+@nodes_option
+@spark_option
+@artifacts_option
+def calibrate(only, examples, budget, replays, seed, json_out, time_limit, releases, nodes,
+              spark_master, artifacts) -> None:
+    """Calibrate against history: each documented Kafka bug (workloads/suites.py
+    HISTORICAL) searched with a correct application on a release that had it (it must be
+    found) and on releases that fixed it (they must pass), side by side, each on a fresh
+    cluster. Exit 0 when every leg did what it must."""
+    import json
+    import time
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from onceproof.calibration import as_row, fetch_all, search_legs, table
+    from onceproof.workloads.suites import HISTORICAL
+    unknown = set(only) - set(HISTORICAL)
+    if unknown:
+        raise SetupError(f"no historical suite named {', '.join(sorted(unknown))}: choose from "
+                         f"{', '.join(HISTORICAL)}")
+    chosen = [HISTORICAL[n] for n in (only or HISTORICAL)]
+    if releases:
+        chosen = [replace(h, legs=tuple(leg for leg in h.legs if leg.kafka in releases))
+                  for h in chosen]
+        if not any(h.legs for h in chosen):
+            pinned = sorted({leg.kafka for h in HISTORICAL.values() for leg in h.legs})
+            raise SetupError(f"no leg runs on {', '.join(releases)}: the legs run on "
+                             f"{', '.join(pinned)}")
+    fetch_all(chosen)
+    deadline = time.monotonic() + time_limit if time_limit else None
+    rows = []
+    for h in chosen:
+        click.echo(f"calibrating {h.name} ({h.bug}) on {len(h.legs)} legs ...", err=True)
+        rows += search_legs(h, artifacts, nodes, spark_master, examples, budget, replays, seed,
+                         deadline, on_leg=lambda row: click.echo(
+                             f"  {row.leg}: {row.outcome} {row.why_not}".rstrip(), err=True))
+    Console(width=max(140, Console().width)).print(table(rows))
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump([as_row(r) for r in rows], f, indent=1)
+    sys.exit(0 if all(r.held or (r.result is not None and r.result.cut) for r in rows) else 1)
+
+
+@main.command()
 @click.option("--only", multiple=True, help="Run only these hunts (repeatable).")
 @click.option("--examples", default=8, show_default=True, help="Plans to try per hunt.")
 @click.option("--budget", default=600.0, show_default=True,

@@ -420,6 +420,9 @@ class Preset:
     doc: str
     kind: str
     first: Callable[[int, dict], st.SearchStrategy] = field(repr=False)
+    # Rounds before the undo in a rounds plan, where the preset needs its own (HOLD
+    # otherwise); a concurrent plan draws its holds in seconds for every fault alike.
+    rounds_hold: st.SearchStrategy | None = field(default=None, repr=False)
 
 
 def _clients_of(roles: frozenset[str], why: str) -> Callable[[dict], st.SearchStrategy]:
@@ -481,6 +484,16 @@ def _lag(ref: str) -> st.SearchStrategy:
     return st.just({"f": "latency", "ms": 6000, "node": ref, "kinds": ["repl"]})
 
 
+def _late(ref: str) -> st.SearchStrategy:
+    # Requests only, and far longer than a producer's request and message timeouts: the
+    # client gives up on a produce (its transaction aborts) while toxiproxy still holds
+    # the bytes, and delivers them when the latency ends or the fault heals. What lands
+    # then is a write of a transaction that is already over (KAFKA-12671).
+    return st.sampled_from([10000, 25000]).map(
+        lambda ms: {"f": "latency", "ms": ms, "node": ref, "kinds": ["client"],
+                    "streams": ["upstream"]})
+
+
 PRESETS = {p.name: p for p in [
     Preset("slow_acks", "latency of 3 s on responses only: a write lands, its producer does "
            "not hear of it in time and retries", "latency",
@@ -496,6 +509,14 @@ PRESETS = {p.name: p for p in [
             "one of the plan's partitions: its followers fall out of sync (past the harness's "
             "replica.lag.time.max.ms of 4 s) while every node stays in the controller quorum",
             "latency", _aimed("leader", _lag))
+] + [Preset("delay_requests_leader", "latency of 10 or 25 s on client requests only "
+            "(not responses) to the leader of one of the plan's partitions, for 2-4 rounds: "
+            "a produce outlives its client's timeouts, the client ends its transaction, and "
+            "the produce lands after that", "latency", _aimed("leader", _late),
+            # A round to send (and give up), one to end the transaction, then the heal
+            # delivers what toxiproxy held; healed a round after the send, the produce
+            # would land before its transaction ended.
+            rounds_hold=st.integers(2, 4))
 ] + [Preset(f"slow_{aim}", f"latency of 100-5000 ms on 30-70% of the client connections "
             f"of {what}", "latency", _aimed(aim, _slow))
      for aim, (what, _) in _AIMS.items()]}
@@ -534,12 +555,15 @@ def apply(scene: Scene, step: Step) -> Step:
     return FAULTS[step["f"]].act(scene, step)
 
 
-def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy = HOLD,
+def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
           plan: dict | None = None) -> st.SearchStrategy:
     """A kind or preset, drawn with its undo: a list of (wait, step), the wait drawn
-    from `hold` (rounds, or seconds in a concurrent plan). A targeted preset aims at the
-    partitions and clients of `plan`."""
+    from `hold` (seconds, in a concurrent plan; by default rounds, HOLD or the preset's
+    own). A targeted preset aims at the partitions and clients of `plan`."""
     kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
+    if hold is None:
+        own = PRESETS[name].rounds_hold if name in PRESETS else None
+        hold = own if own is not None else HOLD
     if name in PRESETS:
         first = PRESETS[name].first(nodes, plan or {})
     elif kind is not None and kind.first is not None:

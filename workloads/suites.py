@@ -5,6 +5,11 @@ Each suite is a plan strategy plus the anomaly types that count as catching it. 
 strategies lean toward the failure (the right faults, the right op mix) so that a small
 budget finds it; they do not script it: Hypothesis still chooses the plan.
 
+A historical suite calibrates the harness against Kafka's own past: a correct application
+under the faults a documented broker bug needs, run on a release that had the bug (it must
+be found) and on releases that fixed it (they must pass), side by side. Only when both
+sides hold is a hit evidence that the load and faults reach real bugs.
+
 A hunt is a correct configuration (nothing planted) plus the faults and client policy
 that a known exposure of Kafka or librdkafka needs, run in concurrent plans: any safety
 violation or stall it shows is a finding about the system under test, to be read op by
@@ -12,7 +17,7 @@ op and written up in docs/findings.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .faults import SETS
 from .strategies import concurrent_plans, plans
@@ -232,4 +237,82 @@ HUNTS = {s.name: s for s in [
           hunts="KIP-848 (GA in Kafka 4.0 and librdkafka 2.12): reports of stalls and "
                 "STALE_MEMBER_EPOCH commit failures; a KIP under discussion says the broker "
                 "accepts transactional offsets for partitions the member does not own"),
+]}
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One side of a historical suite: a Kafka release, broker settings added to the
+    suite's, and whether the bug must show there (`has_bug`) or the run must pass."""
+    kafka: str
+    has_bug: bool
+    broker: dict = field(default_factory=dict)
+    why: str = ""
+    tag: str = ""  # names a leg with broker settings apart from its release's plain leg
+
+    @property
+    def label(self) -> str:
+        settings = ",".join(f"{k}={v}" for k, v in sorted(self.broker.items()))
+        return f"{self.kafka}" + (f" ({settings})" if settings else "")
+
+
+@dataclass(frozen=True)
+class Historical:
+    """A documented bug of Kafka itself. `suite` is a correct application and the faults
+    the bug needs; its `expect` is what the bug shows in a history. Each leg runs the same
+    search on its own release and broker settings."""
+    suite: Suite
+    bug: str
+    source: str  # where the bug and its fix are documented, and why the suite reaches it
+    legs: tuple[Leg, ...]
+
+    @property
+    def name(self) -> str:
+        return self.suite.name
+
+    def leg(self, leg: Leg) -> Suite:
+        """The suite one leg searches: the bug's anomalies where it must show, nothing at
+        all (any violation fails it) where it must pass."""
+        broker = {**self.suite.config.get("broker", {}), **leg.broker}
+        config = {**self.suite.config, **({"broker": broker} if broker else {})}
+        tag = leg.kafka + (f"-{leg.tag}" if leg.tag else "")
+        return replace(self.suite, name=f"{self.suite.name}-{tag}", config=config,
+                       expect=self.suite.expect if leg.has_bug else frozenset())
+
+
+# The newest release the historical controls run on; tests keep it the newest tested one.
+NEWEST_KAFKA = "4.4.0"
+
+HISTORICAL = {h.name: h for h in [
+    Historical(
+        Suite("kafka_12671",
+              "a correct transactional application (idempotent, acks=all, read_committed, "
+              "aborting after a send fails) whose requests to one partition's leader are "
+              "held past its client's timeouts: it aborts, and the held produce lands after "
+              "the abort marker, opening a transaction on that partition that nobody ends "
+              "(the last stable offset stops) or that the producer's next transaction "
+              "commits (a read_committed consumer returns an aborted write)",
+              frozenset({"hanging_txn", "aborted_read"}), "transactions",
+              # Short client timeouts, so the application gives up on a produce long before
+              # toxiproxy delivers it; a long transaction timeout, so the coordinator does
+              # not abort on its own first.
+              config={"producer": {"socket.timeout.ms": 2000, "message.timeout.ms": 4000,
+                                   "transaction.timeout.ms": 60000}},
+              # Every client acts in every round, so a transaction is under way when the
+              # requests are held: it sends, gives up and ends while they still are.
+              options={"all_clients": True},
+              faults=("delay_requests_leader",), fault_percent=50, max_rounds=10,
+              shapes=("rounds",)),
+        "KAFKA-12671",
+        "KAFKA-12671 (hanging transactions: a produce that lands after its transaction "
+        "ended opens one the coordinator does not know); closed by KIP-890 part 1 "
+        "(KAFKA-14402, Kafka 3.6.0): the partition leader asks the coordinator whether the "
+        "partition is in the transaction before it appends a transactional write "
+        "(transaction.partition.verification.enable, true by default)",
+        (Leg("3.5.2", True, why="the newest release before KIP-890 part 1"),
+         Leg("3.9.2", False, why="KIP-890 part 1's verification, on by default"),
+         Leg(NEWEST_KAFKA, False, why="the newest release, verification on"),
+         Leg(NEWEST_KAFKA, True, {"transaction.partition.verification.enable": False},
+             why="the newest release with the verification turned off: the bug is back",
+             tag="noverify"))),
 ]}

@@ -1,0 +1,141 @@
+"""Historical suites (workloads/suites.py HISTORICAL): each documented Kafka bug is searched
+with a correct application on a release that had it and on releases that fixed it, and
+`onceproof calibrate` reports the legs side by side."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onceproof.calibration import LegResult
+from onceproof.checkers.history import read_events
+from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS, kafka_version
+from onceproof.search import HuntResult
+from onceproof.trial import run_trial
+from onceproof.workloads.suites import HISTORICAL, NEWEST_KAFKA, SUITES
+
+# Client settings that would make the application itself incorrect.
+_UNSAFE = {("enable.idempotence", False), ("isolation.level", "read_uncommitted"),
+           ("acks", 0), ("acks", 1), ("acks", "1"), ("acks", "0")}
+
+
+def test_the_newest_control_is_the_newest_tested_release():
+    assert TESTED_KAFKA_VERSIONS[0] == NEWEST_KAFKA
+
+
+@pytest.mark.parametrize("name", list(HISTORICAL))
+def test_a_historical_suite_has_both_sides(name):
+    h = HISTORICAL[name]
+    assert h.bug in h.source
+    assert any(leg.has_bug for leg in h.legs) and any(not leg.has_bug for leg in h.legs)
+    assert h.suite.expect, "a historical suite names what its bug shows"
+    for leg in h.legs:
+        assert kafka_version(leg.kafka) == leg.kafka and leg.why
+    names = [h.leg(leg).name for leg in h.legs]
+    assert len(set(names)) == len(names)
+    assert not set(names) & set(SUITES)
+
+
+@pytest.mark.parametrize("name", list(HISTORICAL))
+def test_a_historical_suite_runs_a_correct_application(name):
+    config = HISTORICAL[name].suite.config
+    for section in ("producer", "consumer"):
+        assert not set(config.get(section, {}).items()) & _UNSAFE
+    for spec in config.get("clients", {}).values():
+        assert spec.get("pipeline", {}).get("offsets_in_txn", True)
+        assert spec.get("pipeline", {}).get("rewind_on_abort", True)
+
+
+_LEGS = [(name, i) for name, h in HISTORICAL.items() for i in range(len(h.legs))]
+
+
+@pytest.mark.parametrize(("name", "i"), _LEGS)
+@settings(max_examples=5, database=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_each_leg_searches_its_own_settings_and_expectation(name, i, data):
+    h = HISTORICAL[name]
+    leg = h.legs[i]
+    suite = h.leg(leg)
+    # A control passes only when nothing at all is wrong, not just the bug's anomaly.
+    assert suite.expect == (h.suite.expect if leg.has_bug else frozenset())
+    assert suite.known_good != leg.has_bug
+    plan = data.draw(suite.strategy(3, "rounds"))
+    for key, value in leg.broker.items():
+        assert plan["broker"][key] == value
+    if not leg.broker:
+        assert set(plan.get("broker", {})) == set(h.suite.config.get("broker", {}))
+
+
+def _row(has_bug: bool, caught: bool, examples: int = 3, cut: bool = False) -> LegResult:
+    r = HuntResult(suite="s", mode="rounds", expect="", known_good=not has_bug, caught=caught,
+                   examples=examples, seconds_to_first=None, shrunk_size=None, reproduced="-",
+                   counterexample=None, cut=cut)
+    return LegResult("s", "KAFKA-1", "3.5.2", has_bug, r)
+
+
+def test_a_leg_says_what_it_did():
+    assert _row(True, True).outcome == "found" and _row(True, True).held
+    assert _row(True, False).outcome == "NOT FOUND" and not _row(True, False).held
+    assert _row(True, False, cut=True).outcome == "not found (time limit)"
+    assert _row(False, True).outcome == "passed" and _row(False, True).held
+    assert _row(False, False).outcome == "FAILED"
+    assert _row(False, False, examples=0, cut=True).outcome == "not run (time limit)"
+    assert LegResult("s", "KAFKA-1", "3.5.2", True, None, "why").outcome == "did not start"
+
+
+def test_an_unknown_historical_suite_is_one_line():
+    out = subprocess.run(["onceproof", "calibrate", "--only", "KAFKA-0"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "kafka_12671" in out.stderr
+
+
+# The hand-written plan of docs/findings.md: a committed transaction, then requests to the
+# leader of t/0 held 25 s while a transaction sends there, times out and aborts, then the
+# heal delivers the held produce and the producer's next transaction writes every partition.
+LATE_PRODUCE = Path(__file__).parent.parent / "docs/findings/kafka-12671-late-produce/plan.json"
+BUG = HISTORICAL["kafka_12671"].suite.expect
+
+
+def _held_produce_outlived_its_abort(trial) -> bool:
+    """Evidence the plan did what the bug needs: a send that did not complete, in a
+    transaction that then failed to commit or aborted, before the heal."""
+    events = read_events(trial.folder / "history.jsonl")
+    unsure = {e["txn"] for e in events if e["f"] == "send" and e["type"] == "info"}
+    ended = [i for i, e in enumerate(events) if e.get("txn") in unsure and e["type"] != "invoke"
+             and (e["f"], e["type"]) in {("commit_txn", "fail"), ("abort_txn", "ok")}]
+    heals = [i for i, e in enumerate(events) if e["f"] == "heal" and e["type"] == "ok"]
+    return bool(ended and heals and ended[0] < heals[0])
+
+
+@pytest.mark.cluster
+def test_kafka_12671_shows_on_3_5_2_and_not_once_verification_is_on(cluster, tmp_path):
+    plan = json.loads(LATE_PRODUCE.read_text())
+    seen = []
+    with Cluster(tmp_path / "old", 3, "3.5.2") as old:
+        # The system is nondeterministic (where the transaction coordinator lands decides
+        # whether the abort is held too): up to three runs for one that shows the bug.
+        for i in range(3):
+            trial = run_trial(plan, old, tmp_path / f"3.5.2-{i}")
+            seen.append(trial.anomalies)
+            if trial.anomalies & BUG:
+                break
+    assert any(s & BUG for s in seen), f"3.5.2 never showed {sorted(BUG)}: {seen}"
+    assert _held_produce_outlived_its_abort(trial)
+
+    # The control: the same plan on the session's release, whose leaders verify that a
+    # partition is in the transaction before they append to it.
+    control = run_trial(plan, cluster, tmp_path / "control")
+    assert _held_produce_outlived_its_abort(control)
+    assert control.verdict.valid, control.anomalies
+    assert control.exercised["commit_txn"] >= 2 and control.exercised["records_read"]
+
+    # And the bug is back on the same release with the verification turned off.
+    off = {**plan, "broker": {"transaction.partition.verification.enable": False}}
+    again = [run_trial(off, cluster, tmp_path / f"off-{i}") for i in range(2)]
+    assert any(t.anomalies & BUG for t in again), [t.anomalies for t in again]
