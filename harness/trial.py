@@ -36,6 +36,11 @@ class Trial:
     def anomalies(self) -> set[str]:
         return {t for t, n in self.verdict.counts.items() if n}
 
+    @property
+    def history(self) -> Path:
+        """The recorded history (docs/history.md), in folder."""
+        return self.folder / "history.jsonl"
+
 
 def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: str | None = None,
               on_progress: Callable[[float, float, str], None] | None = None) -> Trial:

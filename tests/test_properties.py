@@ -9,30 +9,12 @@ transactions, seeks and reads), so a run that tested nothing cannot pass.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 
+from onceproof.api import holds_on
 from onceproof.workloads.faults import SETS
 from onceproof.workloads.strategies import concurrent_plans, plans
 
 pytestmark = pytest.mark.cluster
-
-
-def holds_on(strategy, exercising: tuple[str, ...]):
-    """Make `check(trials, plan)` a test: it must hold for every plan Hypothesis draws from
-    strategy, and the examples run must, together, show each of `exercising` (keys of
-    Search.exercised: completed op kinds, acknowledged_writes, records_read)."""
-    def decorate(check):
-        each_plan = given(plan=strategy)(check)
-
-        def test(trials):
-            each_plan(trials)
-            missing = [what for what in exercising if not trials.exercised[what]]
-            assert not missing, (f"no {', '.join(missing)} in {trials.examples} examples: "
-                                 f"the claim was not exercised ({dict(trials.exercised)})")
-
-        test.__name__, test.__doc__ = check.__name__, check.__doc__
-        return test
-    return decorate
 
 
 def _valid(trials, plan):
