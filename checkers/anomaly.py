@@ -233,6 +233,15 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the watermarks op",
           detail="how many of its surely written values the final phase did not read"),
        severity=LIVENESS),
+    _a("unreadable_offsets", "liveness", """
+       The final phase could not read a consumer group's committed offsets the way a
+       read_committed consumer asks for them (stable offsets only, KIP-447) within its
+       bound: 60 s plus the plan's longest transaction timeout, after every fault was
+       undone and every node started. The group coordinator holds an offset commit it
+       never finished, so an application of that group cannot learn where to resume.""",
+       _w(process="", op="the final fetch of the group's committed offsets",
+          detail="the group, and the error the fetch ended with"),
+       severity=LIVENESS),
 )
 
 BY_NAME = MappingProxyType({a.name: a for a in REGISTRY})

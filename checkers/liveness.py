@@ -1,4 +1,4 @@
-"""Liveness: late_return, unrecovered_partition.
+"""Liveness: late_return, unrecovered_partition, unreadable_offsets.
 
 A client call that is given a timeout promises to return within it: librdkafka bounds
 commit_transaction, abort_transaction, send_offsets_to_transaction, flush, consume and
@@ -36,16 +36,33 @@ TYPES = of_family("liveness")
 # gave up on is late.
 LATE_MS = 5_000
 OPS_COLUMNS = ["op", "process", "f", "type", "txn", "invoke_time", "complete_time",
-               "timeout_ms", "error"]
+               "timeout_ms", "error", "final", "group"]
 
 
 def from_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """late_return anomalies of an ops table (OPS_COLUMNS; the engine's hook for families
-    that judge whole ops). A call not returned when the history ends is judged by how
-    long it had been running by then."""
+    """late_return and unreadable_offsets anomalies of an ops table (OPS_COLUMNS; the
+    engine's hook for families that judge whole ops)."""
+    return pd.DataFrame.from_records(_late(ops) + _unreadable(ops))
+
+
+def _unreadable(ops: pd.DataFrame) -> list[dict]:
+    """unreadable_offsets: the harness's final fetch of a group's committed offsets
+    (run/execute.py, read_committed, retried until its bound) did not complete ok."""
+    final = ops["final"].fillna(False).astype(bool)
+    stuck = ops[final & (ops["f"] == "fetch_offsets") & (ops["type"] != "ok")]
+    return [{"type": "unreadable_offsets", "severity": LIVENESS, "process": r["process"],
+             "op": int(r["op"]),
+             "detail": f"group {r['group']}'s committed offsets could not be read at the end "
+                       f"(read_committed): {r['error'] or r['type']}"}
+            for _, r in stuck.iterrows()]
+
+
+def _late(ops: pd.DataFrame) -> list[dict]:
+    """late_return: a call not returned when the history ends is judged by how long it
+    had been running by then."""
     timed = ops[ops["timeout_ms"].notna()]
     if timed.empty:
-        return pd.DataFrame()
+        return []
     end = pd.concat([ops["invoke_time"], ops["complete_time"]]).max()
     returned = timed["complete_time"].notna()
     took = timed["complete_time"].where(returned, end) - timed["invoke_time"]
@@ -59,7 +76,7 @@ def from_ops(ops: pd.DataFrame) -> pd.DataFrame:
         rows.append({"type": "late_return", "severity": LIVENESS, "process": r["process"],
                      "op": int(r["op"]), "txn": r["txn"],
                      "detail": f"{r['f']} given a {given:g} s timeout {what}"})
-    return pd.DataFrame.from_records(rows)
+    return rows
 
 
 def _given_up(row) -> bool:

@@ -34,7 +34,8 @@ def test_stalls_are_the_liveness_family_alone():
     # A liveness type must never make a history invalid, and only the liveness family
     # judges stalls: safety and liveness stay apart in every verdict.
     assert {a.name for a in anomaly.REGISTRY if a.severity == anomaly.LIVENESS} == \
-        set(anomaly.of_family("liveness")) == {"late_return", "unrecovered_partition"}
+        set(anomaly.of_family("liveness")) == {"late_return", "unrecovered_partition",
+                                                "unreadable_offsets"}
 
 
 def test_the_liveness_definition_states_its_grace():
@@ -56,7 +57,7 @@ def test_the_registry_module_needs_no_spark():
         spec = importlib.util.spec_from_file_location("registry", {str(ROOT / "checkers" / "anomaly.py")!r})
         sys.modules["registry"] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        assert len(module.TYPES) == 23
+        assert len(module.TYPES) == 24
         assert "pyspark" not in sys.modules
     """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -139,3 +139,28 @@ def test_kafka_12671_shows_on_3_5_2_and_not_once_verification_is_on(cluster, tmp
     off = {**plan, "broker": {"transaction.partition.verification.enable": False}}
     again = [run_trial(off, cluster, tmp_path / f"off-{i}") for i in range(2)]
     assert any(t.anomalies & BUG for t in again), [t.anomalies for t in again]
+
+
+# The hand-written plan of docs/findings.md: a consumer commits its two partitions' offsets
+# with 5000 bytes of metadata on one of them, then fetches them.
+METADATA = Path(__file__).parent.parent / "docs/findings/kafka-16371-metadata/plan.json"
+
+
+@pytest.mark.cluster
+def test_kafka_16371_shows_on_3_7_0_and_not_on_the_default_release(cluster, tmp_path):
+    plan = json.loads(METADATA.read_text())
+    with Cluster(tmp_path / "old", 3, "3.7.0") as old:
+        trial = run_trial(plan, old, tmp_path / "3.7.0")
+    assert trial.anomalies == {"unreadable_offsets"}, trial.verdict.summary()
+    assert trial.verdict.valid and not trial.verdict.live
+    refused = [e for e in read_events(trial.history) if e["f"] == "commit_offsets"
+               and "OFFSET_METADATA_TOO_LARGE" in (e.get("error") or "")]
+    assert refused, "the commit with metadata over the limit was not refused"
+
+    control = run_trial(plan, cluster, tmp_path / "control")
+    assert control.verdict.valid and control.verdict.live, control.verdict.summary()
+    assert any(e["f"] == "commit_offsets" and "OFFSET_METADATA_TOO_LARGE" in (e.get("error") or "")
+               for e in read_events(control.history))
+    final = [e for e in read_events(control.history)
+             if e["f"] == "fetch_offsets" and e.get("final") and e["type"] != "invoke"]
+    assert [e["type"] for e in final] == ["ok"]

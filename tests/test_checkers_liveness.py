@@ -162,3 +162,38 @@ def test_a_partition_read_to_its_high_watermark_has_recovered(tmp_path):
     h.watermarks("final", [(0, 0, 1, 1)])
     v = verdict(h)
     assert v.valid and v.live and "unrecovered_partition" not in found(v), v.summary()
+
+
+def _final_fetch(h: History, type: str, error: str | None = None) -> int:
+    asked = {"group": "g", "partitions": [{"topic": "t", "partition": 0}], "timeout_ms": 80_000}
+    op = h.invoke("final", "fetch_offsets", asked, final=True)
+    return h.complete(op, type, {"group": "g", "offsets": [
+        {"topic": "t", "partition": 0, "offset": 1}]} if type == "ok" else None, error)
+
+
+def test_committed_offsets_unreadable_at_the_end_are_a_stall(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.commit_offsets("c0", "g", [(0, 1)], type="info")
+    op = _final_fetch(h, "fail", "Failed to get committed offsets: Local: Timed out")
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1)], final=True)
+    h.watermarks("final", [(0, 0, 1, 1)])
+    v = verdict(h)
+    assert v.valid and not v.live and v.stalls == ["unreadable_offsets"], v.summary()
+    ex = example(v, "unreadable_offsets", process="final", op=op)
+    assert "group g's committed offsets" in ex["detail"] and "Timed out" in ex["detail"]
+
+
+def test_committed_offsets_read_at_the_end_are_no_stall(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.commit_offsets("c0", "g", [(0, 1)])
+    _final_fetch(h, "ok")
+    # A fetch that failed during the workload (under a fault, say) is no stall either.
+    h.fetch_offsets("c0", "g", [(0, None)], type="fail")
+    h.seek("final", [(0, 0)], final=True)
+    h.poll("final", [(0, 0, 1)], final=True)
+    h.watermarks("final", [(0, 0, 1, 1)])
+    v = verdict(h)
+    assert v.valid and v.live and "unreadable_offsets" not in found(v), v.summary()

@@ -116,6 +116,10 @@ def kitchen_sink(path) -> History:
     scene("unrecovered")
     h.send("p0", [(0, 1, 0)])
     h.watermarks("f", [(0, None, None, None)])
+    scene("unreadable")
+    fetch = h.invoke("f", "fetch_offsets", {"group": "g", "partitions": [
+        {"topic": "t", "partition": 0}]}, final=True)
+    h.complete(fetch, "fail", error="Failed to get committed offsets: Local: Timed out")
     h.close()
     return h
 

@@ -146,3 +146,20 @@ def test_a_pipeline_setting_is_checked(pipeline, words):
         spec["partitions"] = partitions
     with pytest.raises(PlanError, match=words):
         validate(_plan(clients={"x0": spec}))
+
+
+def test_a_consumer_commit_carries_metadata_sizes_only_when_its_mix_has_them():
+    mix = {"consumer_ops": ["commit_offsets"], "commit_metadata": [0, 5000]}
+    ops = [next_op("consumer", {}, Seeded(s), mix) for s in range(20)]
+    assert all(len(op["metadata"]) == 2 and set(op["metadata"]) <= {0, 5000} for op in ops)
+    assert any(set(op["metadata"]) == {0, 5000} for op in ops)
+    plain = next_op("consumer", {}, Seeded(1), {"consumer_ops": ["commit_offsets"]})
+    assert plain == {"f": "commit_offsets"}
+
+
+@pytest.mark.parametrize("sizes", [["big"], [-1], 5000, [True]])
+def test_commit_metadata_must_be_sizes_in_bytes(sizes):
+    plan = {"topics": {"t": {"partitions": 2}}, "clients": {"c0": {"role": "consumer"}},
+            "steps": [{"ops": {"c0": {"f": "commit_offsets", "metadata": sizes}}}]}
+    with pytest.raises(PlanError, match="metadata: must be a list of sizes in bytes"):
+        validate(plan)

@@ -39,6 +39,10 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
        "max_records": "most records per send (default 3)",
        "poll_timeout": "seconds a poll waits for records (default 1, 0.2 in a read-write "
                        "transaction)",
+       "commit_metadata": "sizes in bytes to pick from for the metadata a consumer "
+                          "attaches to each partition's offset when it commits (default: "
+                          "none; the broker refuses more than offset.metadata.max.bytes, "
+                          "4096 by default)",
        "commit_timeout": "what a transactional client does when its commit fails with a "
                          "retriable error, a timeout most often: retry (the default, "
                          "librdkafka's advice; up to 3 attempts) or abort (what many "
@@ -50,6 +54,8 @@ COMMIT_TIMEOUT = ("retry", "abort")
 TXN_OPS = ("send", "send", "commit", "abort")
 RW_TXN_OPS = ("send", "poll", "send", "poll", "commit", "commit", "abort")
 CONSUMER_OPS = ("poll", "poll", "poll", "seek", "commit_offsets", "fetch_offsets")
+# Metadata sizes a commit_offsets op draws (for its partitions in order, cycling).
+METADATA_SIZES = 2
 # A read-write transaction ends after this many micro-ops (Jepsen's is 4).
 RW_TXN_MAX_OPS = 4
 
@@ -118,6 +124,10 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
             return {"f": "seek", "to": choose.pick(SEEK_TO), "back": choose.integer(1, 3)}
         if choice == "poll" and "poll_timeout" in mix:
             return {"f": "poll", "timeout": mix["poll_timeout"]}
+        if choice == "commit_offsets" and mix.get("commit_metadata"):
+            # One size for each of the first partitions it commits; the rest cycle.
+            return {"f": choice, "metadata": [choose.pick(mix["commit_metadata"])
+                                              for _ in range(METADATA_SIZES)]}
         return {"f": choice}
     if role == "pipeline":
         op: dict = {"f": "process", "n": choose.integer(1, 5)}

@@ -142,6 +142,11 @@ def _validate_steps(plan: dict, bad) -> None:
                         f"a {role} runs one of {', '.join(sorted(ROLES[role]))}")
                 if op["f"] == "seek" and op.get("to") not in SEEK_TO:
                     bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(SEEK_TO)}")
+                sizes = op.get("metadata", [])
+                if (not isinstance(sizes, list) or not all(
+                        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)):
+                    bad(f"steps[{i}].ops.{cid}.metadata", "must be a list of sizes in bytes, one "
+                        "per partition committed (cycling)")
         else:
             problem = fault_problem(plan, step["fault"])
             if problem:

@@ -298,11 +298,8 @@ HISTORICAL = {h.name: h for h in [
               # not abort on its own first.
               config={"producer": {"socket.timeout.ms": 2000, "message.timeout.ms": 4000,
                                    "transaction.timeout.ms": 60000}},
-              # Every client acts in every round, so a transaction is under way when the
-              # requests are held: it sends, gives up and ends while they still are.
-              options={"all_clients": True},
-              faults=("delay_requests_leader",), fault_percent=50, max_rounds=10,
-              shapes=("rounds",)),
+              faults=("delay_requests_leader",), interval=10.0, seconds=(30, 60),
+              shapes=("concurrent",)),
         "KAFKA-12671",
         "KAFKA-12671 (hanging transactions: a produce that lands after its transaction "
         "ended opens one the coordinator does not know); closed by KIP-890 part 1 "
@@ -315,4 +312,30 @@ HISTORICAL = {h.name: h for h in [
          Leg(NEWEST_KAFKA, True, {"transaction.partition.verification.enable": False},
              why="the newest release with the verification turned off: the bug is back",
              tag="noverify"))),
+    Historical(
+        Suite("kafka_16371",
+              "read_committed consumers of one group commit their offsets with metadata, "
+              "sometimes more on one partition than the broker takes "
+              "(offset.metadata.max.bytes, 4096): that partition's commit is refused, the "
+              "others' go through, and the group's committed offsets must stay readable",
+              frozenset({"unreadable_offsets"}), "rewind",
+              # Two partitions, a size drawn for each per commit: a commit with one over
+              # the limit and one under comes in 4 of 9.
+              options={"consumer_ops": ["poll", "poll", "commit_offsets", "fetch_offsets",
+                                        "seek"],
+                       "commit_metadata": [0, 100, 5000]},
+              # Nothing else: the bug needs no fault.
+              faults=(), shapes=("rounds",)),
+        "KAFKA-16371",
+        "KAFKA-16371 (unstable offsets after a commit in which some partitions' metadata is "
+        "over the broker's limit): the group coordinator marks every partition of the "
+        "commit pending, completes only those it accepted, and keeps the refused ones "
+        "pending for good, so a fetch that asks for stable offsets, as read_committed "
+        "consumers do (KIP-447), gets UNSTABLE_OFFSET_COMMIT until the coordinator moves; "
+        "fixed in 3.7.1 and 3.8.0 (apache/kafka PR 16072, which leaves the refused "
+        "partitions out of the pending set)",
+        (Leg("3.7.0", True, why="the last release with the bug"),
+         Leg("3.7.1", False, why="the release that fixed it"),
+         Leg(NEWEST_KAFKA, False, why="the newest release (the new group coordinator, "
+                                      "KIP-848's rewrite, default from 4.0)"))),
 ]}

@@ -26,6 +26,8 @@ _LIBRDKAFKA_LOG.propagate = False
 QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
 OP_TIMEOUT = 20.0
 FETCH_TIMEOUT = 10.0
+# A transactional client's transaction timeout unless its plan sets one.
+TXN_TIMEOUT_MS = 20000
 # How long a new consumer waits for its start positions before leaving them unknown.
 START_TIMEOUT = 2.0
 # How long past its own timeout a librdkafka call may block before we stop waiting for it.
@@ -257,7 +259,7 @@ class TxnProducer(Client):
         if self.producer is not None:
             return True
         producer = Producer(_producer_config(self.ctx, self.plan, self.spec,
-                                             {"transaction.timeout.ms": 20000},
+                                             {"transaction.timeout.ms": TXN_TIMEOUT_MS},
                                              {"transactional.id": self.tid}))
         try:
             bounded(producer.init_transactions)
@@ -558,6 +560,13 @@ class TopicConsumer(Client):
         positions = self.known_positions()
         if not positions:
             return
+        sizes = (op or {}).get("metadata")
+        if sizes:
+            # Metadata the application attaches to each offset (its i-th size for the
+            # i-th partition, cycling): the broker refuses what is over its limit.
+            positions = [TopicPartition(tp.topic, tp.partition, tp.offset,
+                                        metadata="m" * sizes[i % len(sizes)])
+                         if sizes[i % len(sizes)] else tp for i, tp in enumerate(positions)]
         offsets = [dict(self._tp(tp), offset=tp.offset) for tp in positions]
         h = self.w.invoke(self.process, "commit_offsets", {"group": self.group, "offsets": offsets})
         try:

@@ -10,7 +10,9 @@ A run has three phases:
    open by a crashed client is aborted by its timeout);
 3. final reads: a fresh read_committed consumer reads every partition from the beginning
    to the high watermark, then the watermarks are recorded, so the checkers can tell a
-   lost write from one nobody looked for.
+   lost write from one nobody looked for; then each consumer group's committed offsets
+   are fetched as a read_committed consumer fetches them (stable offsets only), so a
+   group whose offsets can no longer be read is seen.
 
 Each run uses fresh topics, consumer groups and transactional ids (a per-run suffix), so
 runs on a reused cluster do not see each other.
@@ -22,21 +24,27 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
 from onceproof.checkers.history import CLUSTER, HistoryWriter
 from onceproof.cluster.cluster import Cluster
 from onceproof.errors import SetupError
 from onceproof.run import load, rounds
-from onceproof.run.clients import RunContext, TopicConsumer
+from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunContext, TopicConsumer
 from onceproof.run.fleet import Fleet
+from onceproof.run.outcomes import describe, error_of
 from onceproof.workloads import faults
+from onceproof.workloads.ops import GROUPED
 from onceproof.workloads.plan import PlanError, concurrent, fault_steps, validate
 from onceproof.workloads.settings import setting_text
 
 SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0
+# How long the final phase tries to read a group's committed offsets, on top of the plan's
+# longest transaction timeout: a transaction left open with offsets in it keeps them
+# unstable until its coordinator aborts it (checkers/anomaly.py unreadable_offsets).
+FINAL_OFFSETS_TIMEOUT = 60.0
 
 Progress = Callable[[float, float, str], None]  # (done, total, what is happening)
 
@@ -73,6 +81,7 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
             fleet.close(plan["clients"])
             _settle(cluster, ctx)
             _final_reads(cluster, ctx, plan)
+            _final_offsets(ctx, plan)
         finally:
             cluster.on_event = None
             # Whatever happened, the next run gets a healthy cluster.
@@ -220,3 +229,55 @@ def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
                       "low": lows.get((topic, tp.partition), 0 if high[key] is not None else None),
                       "high": high[key], "lso": lso[key]})
     ctx.writer.ok(h, {"partitions": rows})
+
+
+def _groups(plan: dict) -> dict[str, set[str]]:
+    """Each consumer group of the plan and the topics its clients read."""
+    first = next(iter(plan["topics"]))
+    groups: dict[str, set[str]] = {}
+    for cid, spec in plan["clients"].items():
+        if spec["role"] in GROUPED:
+            read = spec.get("input") or spec.get("topic") or first
+            groups.setdefault(spec.get("group", cid), set()).add(read)
+    return groups
+
+
+def _longest_txn_timeout(plan: dict) -> float:
+    """Seconds: the longest transaction timeout any client of the plan runs with."""
+    configs = [plan.get("producer", {})] + [c.get("config", {}) for c in plan["clients"].values()]
+    return max([TXN_TIMEOUT_MS] + [int(c["transaction.timeout.ms"]) for c in configs
+                                   if "transaction.timeout.ms" in c]) / 1000
+
+
+def _final_offsets(ctx: RunContext, plan: dict) -> None:
+    """Fetch each group's committed offsets as a read_committed consumer does (asking for
+    stable offsets), retrying until the bound, and record it as a final fetch_offsets op."""
+    bound = FINAL_OFFSETS_TIMEOUT + _longest_txn_timeout(plan)
+    for name, topics in sorted(_groups(plan).items()):
+        group = ctx.group(name)
+        tps = [TopicPartition(ctx.topic(t), p) for t in sorted(topics)
+               for p in range(ctx.partitions[t])]
+        asked = [{"topic": ctx.plan_topic(tp.topic), "partition": tp.partition} for tp in tps]
+        consumer = Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": group,
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             **QUIET})
+        h = ctx.writer.invoke("final", "fetch_offsets", {"group": group, "partitions": asked,
+                                                         "timeout_ms": int(bound * 1000)},
+                              final=True)
+        deadline = time.monotonic() + bound
+        try:
+            while True:
+                try:
+                    got = consumer.committed(tps, timeout=FETCH_TIMEOUT)
+                except KafkaException as exc:
+                    if time.monotonic() + FETCH_TIMEOUT > deadline:
+                        ctx.writer.fail(h, describe(error_of(exc) or exc))
+                        break
+                    time.sleep(1)
+                    continue
+                ctx.writer.ok(h, {"group": group, "offsets": [
+                    {"topic": ctx.plan_topic(tp.topic), "partition": tp.partition,
+                     "offset": tp.offset if tp.offset >= 0 else None} for tp in got]})
+                break
+        finally:
+            consumer.close()

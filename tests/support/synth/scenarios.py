@@ -437,6 +437,17 @@ def _sc_unrecovered_partition(s: _Script) -> None:
     s.offline.add(_x(0))
 
 
+def _sc_unreadable_offsets(s: _Script) -> None:
+    # The harness's final fetch of a group's committed offsets never completed: the
+    # coordinator kept answering that an offset commit is still pending.
+    s.log(_x(0))
+    h = s.invoke("xfinal", "fetch_offsets", {"group": "gx", "partitions": tp_list([_x(0)]),
+                                             "timeout_ms": 80_000})
+    s.complete(h, {}, "fail", "Failed to get committed offsets: Local: Timed out")
+    for ev in s.events[-2:]:
+        ev["final"] = True
+
+
 # One scenario per type of the checkers' registry (checkers/anomaly.py), which
 # tests/test_synth.py holds this table to.
 SCENARIOS: dict[str, Callable[[_Script], None]] = {
@@ -463,13 +474,14 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "lost_input": _sc_lost_input,
     "late_return": _sc_late_return,
     "unrecovered_partition": _sc_unrecovered_partition,
+    "unreadable_offsets": _sc_unreadable_offsets,
 }
 
 # The injected types that do not make a history invalid: the g0 scenario is a write cycle
-# of two overlapping transactions, which Kafka allows; late_return and unrecovered_partition
-# are stalls. (g1c and g_single are injected as violations: cycles no real-time order
+# of two overlapping transactions, which Kafka allows; late_return, unrecovered_partition
+# and unreadable_offsets are stalls. (g1c and g_single are injected as violations: cycles no real-time order
 # allows; the checkers report realizable ones, which valid histories contain, as notes.)
-NOTES = frozenset({"g0", "late_return", "unrecovered_partition"})
+NOTES = frozenset({"g0", "late_return", "unrecovered_partition", "unreadable_offsets"})
 
 # Other types an injection of a type necessarily creates too, and why. Empty for every
 # type but torn_txn: each scenario is built so its anomaly implies no other under the
