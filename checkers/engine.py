@@ -43,6 +43,9 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
         col = df[f.name] if f.name in df else pd.Series([None] * n, index=df.index)
         if f.name in _LONGS:
             out[f.name] = ints(col)
+        elif f.name == "witnesses":
+            out[f.name] = pd.Series([anomaly.plain_witnesses(v) for v in col], index=df.index,
+                                    dtype=object)
         else:
             out[f.name] = col.astype(object).where(col.notna(), None)
     return pd.DataFrame(out, index=df.index).reset_index(drop=True)
@@ -182,8 +185,10 @@ def find(tables, families):
     if found.empty:
         return anomaly.empty(spark)
     longs = [c in _LONGS for c in anomaly.COLUMNS]
-    rows = [tuple(None if pd.isna(v) else int(v) if is_long else v
-                  for v, is_long in zip(r, longs))
+    lists = [c == "witnesses" for c in anomaly.COLUMNS]
+    rows = [tuple([(w["op"], w["role"]) for w in v] if is_list and v is not None
+                  else None if is_list or pd.isna(v) else int(v) if is_long else v
+                  for v, is_long, is_list in zip(r, longs, lists))
             for r in found.itertuples(index=False, name=None)]
     from .spark import struct_type
     return spark.createDataFrame(rows, struct_type(anomaly.SCHEMA))
