@@ -277,9 +277,17 @@ class PartitionLog:
         op = ops.get(value) if value is not None and ops.index.is_unique else None
         return None if op is None or pd.isna(op) else int(op)
 
+    @cached_property
+    def _scan_ops(self) -> pd.Series:
+        """Per run, the op of its read of the highest offset."""
+        st = self.steps
+        r = st[((st["kind"] == READ) & st["offset"].notna()).to_numpy(dtype=bool)]
+        if r.empty:
+            return pd.Series(dtype=float)
+        top = r.groupby("run", sort=False)["offset"].idxmax()
+        return pd.Series(r.loc[top.to_numpy(), "op"].to_numpy(), index=top.index)
+
     def scan_op(self, scan) -> int | None:
         """The poll at the far end of a scan (its read of the highest offset)."""
-        st = self.steps
-        r = st[((st["run"] == scan["run"]) & (st["kind"] == READ)).to_numpy(dtype=bool)
-               & st["offset"].notna().to_numpy(dtype=bool)]
-        return None if r.empty else int(r.loc[r["offset"].idxmax(), "op"])
+        op = None if scan is None else self._scan_ops.get(scan["run"])
+        return None if op is None or pd.isna(op) else int(op)
