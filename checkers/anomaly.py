@@ -156,7 +156,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
           detail="both event indexes"),
        roles={"reader": "the poll",
-              "writer": "the send of the value"}),
+              "writer": "the send of the value",
+              "commit": "the transaction's first commit_txn"}),
     _a("torn_txn", "isolation", """
        A committed transaction (a visible write proves an unknown one committed) some of
        whose appended writes read_committed polls returned while others are missing: no
@@ -220,7 +221,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
           detail="names W1"),
        roles={"W2 send": "W2's send of its record below W1's (`op`)",
-              "W1 send": "W1's send of its record above it"}),
+              "W1 send": "W1's send of its record above it",
+              "W1 end": "the op that completed W1: its commit_txn, or its send",
+              "W2 start": "the op that began W2: its transaction's first op, or its send"}),
     # Dependency cycles (cycles)
     _a("g0", "cycles", """
        Write cycle: a cycle of ww edges between committed transactions. A note, since

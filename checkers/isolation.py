@@ -44,11 +44,15 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
     bad = ((r["isolation"] == READ_COMMITTED) & r["w_txn"].notna()
            & r["w_txn_outcome"].isin([COMMITTED, UNKNOWN])
            & (r["complete_index"] < r["w_commit_inv"])).fillna(False).to_numpy(dtype=bool)
-    return [_read_record("precommitted_read", x,
-                         f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
-                         f"{num(x['complete_index'])}) before its commit_txn was invoked "
-                         f"(index {num(x['w_commit_inv'])})")
-            for _, x in r[bad].iterrows()]
+    out = []
+    for _, x in r[bad].iterrows():
+        rec = _read_record("precommitted_read", x,
+                           f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
+                           f"{num(x['complete_index'])}) before its commit_txn was invoked "
+                           f"(index {num(x['w_commit_inv'])})")
+        rec["witness_at"] = engine.at_events((x["w_commit_inv"], "commit"))
+        out.append(rec)
+    return out
 
 
 def torn_facts(pl: PartitionLog) -> pd.DataFrame:

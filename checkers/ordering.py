@@ -148,6 +148,7 @@ def commit_orders(pl: PartitionLog) -> list[dict]:
             "type": "commit_order", "severity": VIOLATION, "process": w2["process"],
             "op": num(w2["lo_op"]), "offset": int(w2["sure_lo"]), "txn": w2["txn"],
             "witnesses": witnesses((w2["lo_op"], "W2 send"), (w1["hi_op"], "W1 send")),
+            "witness_at": engine.at_events((w1["t_done"], "W1 end"), (w2["t_begin"], "W2 start")),
             "detail": f"{_name(w1)} {'committed' if pd.notna(w1['txn']) else 'was acknowledged'}"
                       f" (index {num(w1['t_done'])}) before {_name(w2)} "
                       f"{'began' if pd.notna(w2['txn']) else 'was sent'} "

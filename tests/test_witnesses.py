@@ -150,16 +150,28 @@ def test_offset_regression_and_stale_fetch_name_the_commits(tmp_path):
         {(fetch, "fetch"), (low, "latest commit")}
 
 
-def test_commit_order_names_both_writers(tmp_path):
+def test_commit_order_names_both_writers_and_the_ops_that_order_them(tmp_path):
+    """The detail gives W1's commit and W2's start as event indexes; the witnesses name
+    those ops (resolved from the ops table on the driver)."""
     h = History(tmp_path / "h.jsonl")
     h.begin("p1", "T1")
     w1 = h.send("p1", [(0, 1, 5)], txn="T1")
-    h.commit("p1", "T1")
-    h.begin("p2", "T2")
+    commit = h.commit("p1", "T1")
+    begin = h.begin("p2", "T2")
     w2 = h.send("p2", [(0, 2, 3)], txn="T2")
     h.commit("p2", "T2")
     assert witnessed(example(verdict(h), "commit_order", op=w2)) == \
-        {(w2, "W2 send"), (w1, "W1 send")}
+        {(w2, "W2 send"), (w1, "W1 send"), (commit, "W1 end"), (begin, "W2 start")}
+
+
+def test_precommitted_read_names_the_commit_it_came_before(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    send = h.send("p1", [(0, 1, 0)], txn="T1")
+    poll = h.poll("c0", [(0, 0, 1)])
+    first = h.commit("p1", "T1", type="info")
+    h.commit("p1", "T1")
+    assert witnessed(example(verdict(h), "precommitted_read", op=poll)) == \
+        {(poll, "reader"), (send, "writer"), (first, "commit")}
 
 
 def test_verdict_json_carries_the_witnesses(tmp_path):
