@@ -2,12 +2,16 @@
 
 A row is one concrete anomaly: its `type`, its `severity`, and the fields a person needs
 to find it in the history (the process and op that saw or did it, the partition and
-offset, the value, the transaction) plus a `detail` sentence.
+offset, the value, the transaction) plus a `detail` sentence, and `witnesses`: every op
+the checker knows shows the anomaly, each with its role in it (the writer, the reader,
+the source of a cycle's first edge...), as a list of {op, role}. `op` is always one of
+them. The report links witnesses from this list, never from the detail's words.
 
 REGISTRY holds, for each type: the family (the checkers module that finds it, whose
 docstrings give the full reasoning), its severity, its definition (the one text the
 report and docs/checkers.md show), and its witnesses: which of COLUMNS its rows fill
-and what each holds. Its order is the order a verdict lists types in.
+and what each holds, and the roles its `witnesses` lists use (`roles`; N in "edge N
+source" stands for the edge's number). Its order is the order a verdict lists types in.
 
 Severity: a `violation` contradicts what Kafka claims and makes the history invalid; a
 `note` is reported but does not, because Kafka does not claim to prevent it; `liveness`
@@ -20,6 +24,7 @@ This module imports no Spark: the report and the docs read the registry without 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -31,21 +36,31 @@ VIOLATION, NOTE, LIVENESS = "violation", "note", "liveness"
 EITHER = "note or violation"
 
 COLUMNS = ("type", "severity", "process", "op", "topic", "partition", "offset", "value",
-           "txn", "detail")
+           "txn", "detail", "witnesses")
 LONGS = frozenset({"op", "partition", "offset", "value"})
-SCHEMA = pa.schema([(c, pa.int64() if c in LONGS else pa.string()) for c in COLUMNS])
+# One witness: an op id and its role in the anomaly.
+WITNESS = pa.struct([("op", pa.int64()), ("role", pa.string())])
+WITNESSES = pa.list_(WITNESS)
+SCHEMA = pa.schema([(c, pa.int64() if c in LONGS else WITNESSES if c == "witnesses"
+                     else pa.string()) for c in COLUMNS])
 
 
 @dataclass(frozen=True)
 class Anomaly:
     """One anomaly type. `witnesses` maps each column its rows fill, besides type and
-    severity, to what that column holds for this type ("" when it needs no words)."""
+    severity, to what that column holds for this type ("" when it needs no words); its
+    entry for the `witnesses` column names every role, from `roles` (role -> which op
+    has it). Every row's `witnesses` lists its `op` and uses only these roles."""
 
     name: str
     family: str
     severity: str
     definition: str
     witnesses: MappingProxyType
+    roles: MappingProxyType
+
+    def has_role(self, role: str) -> bool:
+        return re.sub(r"^edge \d+ ", "edge N ", role) in self.roles
 
     def allows(self, severity: str) -> bool:
         return severity == self.severity or (self.severity == EITHER
@@ -60,8 +75,12 @@ def _w(**fields: str) -> MappingProxyType:
 
 
 def _a(name: str, family: str, definition: str, witnesses: MappingProxyType,
-       severity: str = VIOLATION) -> Anomaly:
-    return Anomaly(name, family, severity, " ".join(definition.split()), witnesses)
+       roles: dict[str, str], severity: str = VIOLATION) -> Anomaly:
+    if not roles:
+        raise ValueError(f"{name}: every type names the roles of its witnesses")
+    text = "; ".join(f"{role}: {' '.join(what.split())}" for role, what in roles.items())
+    return Anomaly(name, family, severity, " ".join(definition.split()),
+                   MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles))
 
 
 # Where most rows point: the op that did or saw it, in its partition.
@@ -73,22 +92,31 @@ REGISTRY: tuple[Anomaly, ...] = (
        One written value observed (by a read or a send's ack) at two or more distinct
        offsets of a partition. Each write appends its value once.""",
        _w(**_AT, op="the observation at the second offset", offset="the second offset",
-          value="", txn="the observing op's transaction", detail="every offset")),
+          value="", txn="the observing op's transaction", detail="every offset"),
+       roles={"writer": "the send of the value",
+              "observer": "an op that observed the value (the send's ack or a poll), one per offset; "
+                          "`op` is the one at the second offset"}),
     _a("inconsistent_offset", "log_values", """
        One offset of a partition observed holding two different values: the log was
        rewritten under a reader (a truncated and refilled leader).""",
        _w(**_AT, op="an observation of the second value", offset="", value="the second value",
-          txn="the observing op's transaction", detail="every value observed there")),
+          txn="the observing op's transaction", detail="every value observed there"),
+       roles={"observer": "an op that observed a value at the offset (a send's ack or a poll), one "
+                          "per value",
+              "writer": "the send of each value observed there, when one wrote it"}),
     _a("unattributed_read", "log_values", """
        A poll returned a value that no send in the history wrote.""",
-       _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail="")),
+       _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail=""),
+       roles={"reader": "the poll"}),
     # Writes missing from the log (loss)
     _a("lost_write", "loss", """
        An acknowledged write (a send ok outside a transaction, or in a committed one)
        whose value no read ever returned, although some reader's scan surely went over
        its offset.""",
        _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
-          detail="the bound, and the scan that covered it")),
+          detail="the bound, and the scan that covered it"),
+       roles={"writer": "the send",
+              "reader": "the last poll of a reader's scan that went over it"}),
     _a("unseen", "loss", """
        An acknowledged write that the final reads (polls marked final) did not return
        although they went over it: it was acknowledged before the final watermarks were read, so it lies below
@@ -97,33 +125,50 @@ REGISTRY: tuple[Anomaly, ...] = (
        final high watermark is unseen too, with or without final reads: the log ends
        before it (a truncated acks=1 leader can leave the partition empty).""",
        _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
-          detail="why it must have been seen")),
+          detail="why it must have been seen"),
+       roles={"writer": "the send",
+              "final reader": "the last poll of a final reader's scan that went over it",
+              "watermarks": "the final watermarks op, when the write's offset is at or past their "
+                            "high watermark"}),
     _a("hanging_txn", "loss", """
        The last watermarks read show a partition's last stable offset below its high
        watermark: a transaction never finished.""",
        _w(**_AT, op="the watermarks op", offset="the last stable offset",
           txn="the open transaction, when a write known at that offset names it",
           detail="the high watermark, and the open transaction and its producer (or the "
-                 "transactions that may have written there)")),
+                 "transactions that may have written there)"),
+       roles={"watermarks": "the last watermarks op",
+              "writer": "the send of the record at the last stable offset, when known",
+              "candidate writer": "else a send of each transaction (the first three) that did not "
+                                  "commit and may have a record there"}),
     # Transactions and readers (isolation)
     _a("aborted_read", "isolation", """
        G1a: a poll (any isolation) returned a value written by a transaction that
        aborted or by a send that failed. A read_uncommitted consumer that sees aborted
        data is reported too: it is the known-bad configuration to catch.""",
        _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
-          detail="")),
+          detail=""),
+       roles={"reader": "the poll",
+              "writer": "the send of the value (the failed send, or the aborted transaction's)"}),
     _a("precommitted_read", "isolation", """
        A read_committed poll returned a value of a transaction and completed before that
        transaction's first commit_txn was invoked.""",
        _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
-          detail="both event indexes")),
+          detail="both event indexes"),
+       roles={"reader": "the poll",
+              "writer": "the send of the value",
+              "commit": "the transaction's first commit_txn"}),
     _a("torn_txn", "isolation", """
        A committed transaction (a visible write proves an unknown one committed) some of
        whose appended writes read_committed polls returned while others are missing: no
        read_committed poll returned them although a read_committed reader's scan went
        over them.""",
        _w(**_AT, op="a missing write's send", offset="", value="", txn="",
-          detail="a write that was seen")),
+          detail="a write that was seen"),
+       roles={"missing writer": "the send of a write that read_committed readers went over without "
+                                "returning (`op`)",
+              "seen writer": "the send of a write they returned",
+              "reader": "a read_committed poll that returned it"}),
     # Where consumers read (consumption)
     _a("poll_skip", "consumption", """
        Within one consumer's run, consecutive (not retracted) reads at offsets a < b
@@ -134,18 +179,27 @@ REGISTRY: tuple[Anomaly, ...] = (
        transaction that aborted are still reads: consecutive reads of a run, either of
        them retracted, are held to the same rule.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
-          detail="the skipped offset and value")),
+          detail="the skipped offset and value"),
+       roles={"reader": "the poll that read b",
+              "previous read": "the poll that read a",
+              "seek": "the seek, when b was the first remaining read after it",
+              "skipped writer": "the send of the skipped value"}),
     _a("nonmonotonic_poll", "consumption", """
        Within one consumer's run, the next (not retracted) read after one at offset a is
        at b <= a: back, or the same offset again, with no seek or assign between; and
        the same of consecutive reads either of which a transaction that aborted made.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
-          detail="")),
+          detail=""),
+       roles={"reader": "the poll that read b",
+              "previous read": "the poll that read a"}),
     _a("rewind_mismatch", "consumption", """
        After a seek to offset o, the consumer's next read of the partition is not the
        first value visible to it at an offset >= o.""",
        _w(**_AT, op="the poll of that read", offset="", value="", txn="the poll's transaction",
-          detail="what was expected")),
+          detail="what was expected"),
+       roles={"reader": "the poll",
+              "seek": "the seek",
+              "expected writer": "the send of the value it should have read, when known"}),
     # Order of appends (ordering)
     _a("nonmonotonic_send", "ordering", """
        One process's acknowledged sends to one partition (outside transactions, or
@@ -153,7 +207,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        increase (within one send, too). An offset is the ack's, or else the one a read
        returned for the record's value.""",
        _w(**_AT, op="the later send", offset="", value="", txn="",
-          detail="the previous send and its offset")),
+          detail="the previous send and its offset"),
+       roles={"later send": "the send whose offset did not increase (`op`)",
+              "earlier send": "the process's previous send"}),
     _a("commit_order", "ordering", """
        Committed writes W1 and W2 to one partition, each a committed transaction or an
        acknowledged send outside any transaction: W1 completed (its commit surely done,
@@ -163,7 +219,11 @@ REGISTRY: tuple[Anomaly, ...] = (
        still held by it: no read returned another value there, and no reader went over
        it without returning it.""",
        _w(**_AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
-          detail="names W1")),
+          detail="names W1"),
+       roles={"W2 send": "W2's send of its record below W1's (`op`)",
+              "W1 send": "W1's send of its record above it",
+              "W1 end": "the op that completed W1: its commit_txn, or its send",
+              "W2 start": "the op that began W2: its transaction's first op, or its send"}),
     # Dependency cycles (cycles)
     _a("g0", "cycles", """
        Write cycle: a cycle of ww edges between committed transactions. A note, since
@@ -171,6 +231,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        violation when no real-time execution could produce it.""",
        _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
           txn="the first edge's source transaction", detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op, the send of the source transaction's last record "
+                               "below the target's (edge 1 is the detail's first)",
+              "edge N target": "its target op, the send of the target's first record there"},
        severity=EITHER),
     _a("g1c", "cycles", """
        Circular information flow: a cycle of ww and wr edges with at least one wr. A note
@@ -179,6 +242,12 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
           value="the value read, on a wr edge", txn="the first edge's source transaction",
           detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op (edge 1 is the detail's first): on a ww edge the "
+                               "send of the source's last record below the target's; on a wr edge the "
+                               "send of the value read, unless the read was read_committed (the "
+                               "commit orders it then, and no op is named)",
+              "edge N target": "its target op: on a ww edge the send of the target's first record "
+                               "there, on a wr edge the poll that read the value"},
        severity=EITHER),
     _a("g_single", "cycles", """
        Read skew: a cycle with exactly one rw edge, the rest ww or wr. A note when real
@@ -186,6 +255,10 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the first edge's source op", offset="the first edge's source offset",
           value="the value read, on a wr edge", txn="the first edge's source transaction",
           detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op, as for g1c; on the rw edge the source's poll of "
+                               "the highest offset it read",
+              "edge N target": "its target op, as for g1c; on the rw edge the send of the target's "
+                               "first record there"},
        severity=EITHER),
     # Consumer-group offsets (groups)
     _a("offset_regression", "groups", """
@@ -193,7 +266,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        same process made that completed before it was invoked, and that process did not
        seek that partition below the earlier offset in between. Commits by different
        processes are not compared: any member of a group may commit, in any order.""",
-       _w(**_AT, op="the lower commit", offset="", txn="", detail="the earlier commit")),
+       _w(**_AT, op="the lower commit", offset="", txn="", detail="the earlier commit"),
+       roles={"lower commit": "the commit of the lower offset",
+              "earlier commit": "the same process's earlier commit of the higher one"}),
     _a("stale_offset_fetch", "groups", """
        A fetch_offsets returned an offset no commit it could observe wrote: it may return
        the latest successful commit that completed before it was invoked (or any of
@@ -201,20 +276,27 @@ REGISTRY: tuple[Anomaly, ...] = (
        of uncertain outcome invoked before it completed. Before any successful commit
        completed, it may return only nothing or such a racing or uncertain commit.""",
        _w(**_AT, op="the fetch", offset="what it returned, null for none", txn="",
-          detail="what it was allowed to return")),
+          detail="what it was allowed to return"),
+       roles={"fetch": "the fetch_offsets",
+              "latest commit": "each commit of what it should have returned, when a commit had "
+                               "completed before it began"}),
     # Consume-transform-produce (pipeline)
     _a("duplicate_output", "pipeline", """
        One input value is the source of two or more definitely committed outputs in one
        output topic.""",
        _w(**_AT, op="the second output's send", offset="", value="", txn="",
-          detail="every output of that input")),
+          detail="every output of that input"),
+       roles={"output": "the send of each definitely committed output of the input (`op` is the "
+                        "second)"}),
     _a("lost_input", "pipeline", """
        An input record, visible to read_committed readers, at an offset a group committed
        past with send_offsets in a committed transaction (and at or after the lowest
        offset pipelines read in that partition), that no output which may be committed
        names as its source. Assumes each input yields an output.""",
        _w(**_AT, op="the send_offsets", offset="the input's", value="the input's",
-          txn="the send_offsets' transaction", detail="")),
+          txn="the send_offsets' transaction", detail=""),
+       roles={"send_offsets": "the send_offsets that committed past the input",
+              "input writer": "the send of the input"}),
     # Stalls (liveness)
     _a("late_return", "liveness", """
        A client call given a timeout returned more than 5 s after that timeout, or had not
@@ -223,6 +305,7 @@ REGISTRY: tuple[Anomaly, ...] = (
        that bound to stay live.""",
        _w(process="", op="the call", txn="the call's transaction",
           detail="the call, its timeout and how long it took"),
+       roles={"call": "the call"},
        severity=LIVENESS),
     _a("unrecovered_partition", "liveness", """
        The last watermarks read name no high watermark for a partition: no leader
@@ -232,6 +315,7 @@ REGISTRY: tuple[Anomaly, ...] = (
        and whether any was lost is not known.""",
        _w(**_AT, op="the watermarks op",
           detail="how many of its surely written values the final phase did not read"),
+       roles={"watermarks": "the last watermarks op"},
        severity=LIVENESS),
     _a("unreadable_offsets", "liveness", """
        The final phase could not read a consumer group's committed offsets the way a
@@ -241,6 +325,7 @@ REGISTRY: tuple[Anomaly, ...] = (
        never finished, so an application of that group cannot learn where to resume.""",
        _w(process="", op="the final fetch of the group's committed offsets",
           detail="the group, and the error the fetch ended with"),
+       roles={"fetch": "the final fetch of the group's committed offsets"},
        severity=LIVENESS),
 )
 
@@ -266,3 +351,24 @@ def empty(spark):
 def num(x) -> int | None:
     """A pandas/numpy integer (or NA) as a plain int for an anomaly record."""
     return None if x is None or pd.isna(x) else int(x)
+
+
+def witnesses(*pairs) -> list[dict]:
+    """A row's `witnesses`: {op, role} of each (op, role) pair whose op is known, in
+    order, each pair once."""
+    out, seen = [], set()
+    for op, role in pairs:
+        op = num(op)
+        if op is None or (op, role) in seen:
+            continue
+        seen.add((op, role))
+        out.append({"op": op, "role": role})
+    return out
+
+
+def plain_witnesses(v) -> list[dict] | None:
+    """A `witnesses` cell as plain {op: int, role: str} dicts, from a list, an Arrow
+    array's to_pandas (a numpy array of dicts) or a Spark Row; None when missing."""
+    if v is None or isinstance(v, float) or v is pd.NA:
+        return None
+    return [{"op": int(w["op"]), "role": str(w["role"])} for w in v]

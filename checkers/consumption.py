@@ -39,12 +39,11 @@ def _gap(pl: PartitionLog, iso: np.ndarray, a: np.ndarray, b: np.ndarray,
     return n
 
 
-def _record(type, row, detail, offset=None, value=None) -> dict:
+def _record(type, row, detail, *others) -> dict:
     return {"type": type, "severity": anomaly.VIOLATION, "process": row["process"],
             "op": num(row["op"]), "topic": None, "partition": None,
-            "offset": num(row["offset"] if offset is None else offset),
-            "value": num(row["value"] if value is None else value), "txn": row["txn"],
-            "detail": detail}
+            "offset": num(row["offset"]), "value": num(row["value"]), "txn": row["txn"],
+            "detail": detail, "witnesses": anomaly.witnesses((row["op"], "reader"), *others)}
 
 
 def sequences(pl: PartitionLog) -> pd.DataFrame:
@@ -89,12 +88,15 @@ def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
     from_seek = ~same & start.notna().to_numpy() & not_first_phys
     a = np.where(from_seek, start.fillna(0).to_numpy(dtype=np.int64) - 1, a)
     paired = same | from_seek
+    ops = eff["op"].to_numpy(dtype=float)
+    prev = np.where(same, np.r_[np.nan, ops[:-1]], np.nan)
+    seek = np.where(from_seek, eff["start_op"].to_numpy(dtype=float), np.nan)
 
     def before(i: int) -> str:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
                 if from_seek[i] else f"read offset {a[i]} then")
 
-    _judge(pl, eff, offs, a, iso, paired, before, "", out)
+    _judge(pl, eff, offs, a, iso, paired, prev, seek, before, "", out)
 
 
 def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
@@ -108,20 +110,23 @@ def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> No
     retracted = reads["retracted"].to_numpy(dtype=bool)
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
-    _judge(pl, reads, offs, a, iso, pair, lambda i: f"read offset {a[i]} then",
-           " (in a transaction that aborted)", out)
+    ops = reads["op"].to_numpy(dtype=float)
+    prev = np.where(pair, np.r_[np.nan, ops[:-1]], np.nan)
+    _judge(pl, reads, offs, a, iso, pair, prev, np.full(len(ops), np.nan),
+           lambda i: f"read offset {a[i]} then", " (in a transaction that aborted)", out)
 
 
 def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray,
-           iso: np.ndarray, paired: np.ndarray, before: Callable[[int], str], where: str,
-           out: list[dict]) -> None:
+           iso: np.ndarray, paired: np.ndarray, prev: np.ndarray, seek: np.ndarray,
+           before: Callable[[int], str], where: str, out: list[dict]) -> None:
     """nonmonotonic_poll and poll_skip for each paired read: the consumer stood just
-    past a[i] (before(i) says how, in words) and read offs[i] next."""
+    past a[i] (before(i) says how, in words: after the read by op prev[i], or the seek
+    by op seek[i]) and read offs[i] next."""
     for i in np.flatnonzero(paired & (offs <= a)):
         row = rows.iloc[i]
         out.append(_record("nonmonotonic_poll", row,
                            f"{row['process']} {before(int(i))} offset {offs[i]} with no seek "
-                           f"between{where}"))
+                           f"between{where}", (prev[i], "previous read")))
     fwd = np.flatnonzero(paired & (offs > a + 1))
     if len(fwd):
         gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
@@ -131,7 +136,9 @@ def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray
             out.append(_record(
                 "poll_skip", row,
                 f"{row['process']} ({iso[i]}) {before(int(i))} offset {offs[i]}, skipping "
-                f"offset {skipped[0]} (value {skipped[1]}) visible to it{where}"))
+                f"offset {skipped[0]} (value {skipped[1]}) visible to it{where}",
+                (prev[i], "previous read"), (seek[i], "seek"),
+                (pl.writer_of(skipped[1]), "skipped writer")))
 
 
 def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
@@ -158,7 +165,8 @@ def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
         out.append(_record(
             "rewind_mismatch", row,
             f"{row['process']} sought to offset {o[k]}, then read offset {b[k]} (value "
-            f"{num(row['value'])}); expected {want}"))
+            f"{num(row['value'])}); expected {want}", (row["start_op"], "seek"),
+            (pl.writer_of(first[1]) if first is not None else None, "expected writer")))
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:

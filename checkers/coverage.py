@@ -28,7 +28,8 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     seen_final (some read / read_committed read / final read returned it), cov_any /
     cov_rc / cov_final (some scan of that kind surely went over it; for the final one,
     up to the final high watermark), has_final, beyond_high (its known offset is at or
-    past the final high watermark); cover / fcover: a covering scan, for reports."""
+    past the final high watermark); cover / fcover: a covering scan, for reports, and
+    cover_op / fcover_op: its last poll."""
     w = pl.writes
     n = len(w)
     out = w[["op", "rec", "process", "txn", "txn_outcome", "type", "status", "value",
@@ -69,14 +70,17 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
 
     # Name a covering scan for the (rare) writes that will be reported.
     committed = (w["status"] == COMMITTED).to_numpy(dtype=bool)
-    cover = np.full(n, None, dtype=object)
+    cover, cover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
     for i in np.flatnonzero(committed & ~out["seen_any"].to_numpy() & out["cov_any"].to_numpy())[:1000]:
-        cover[i] = _scan_text(pl.covering_scan(lo[i], hi[i], scans))
-    fcover = np.full(n, None, dtype=object)
+        scan = pl.covering_scan(lo[i], hi[i], scans)
+        cover[i], cover_op[i] = _scan_text(scan), pl.scan_op(scan)
+    fcover, fcover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
     for i in np.flatnonzero(committed & ~out["seen_final"].to_numpy()
                             & out["cov_final"].to_numpy())[:1000]:
-        fcover[i] = _scan_text(pl.covering_scan(lo[i], hi_final[i], final_scans))
+        scan = pl.covering_scan(lo[i], hi_final[i], final_scans)
+        fcover[i], fcover_op[i] = _scan_text(scan), pl.scan_op(scan)
     out["cover"], out["fcover"] = cover, fcover
+    out["cover_op"], out["fcover_op"] = cover_op, fcover_op
     return out
 
 

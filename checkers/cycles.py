@@ -288,7 +288,10 @@ def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
             "partition": anomaly.num(first["partition"]),
             "offset": anomaly.num(first["src_off"]), "value": anomaly.num(first["value"]),
             "txn": first["src"],
-            "detail": f"{len(edges)}-transaction cycle: {_describe(edges)}"}
+            "detail": f"{len(edges)}-transaction cycle: {_describe(edges)}",
+            "witnesses": anomaly.witnesses(*[
+                pair for k, e in enumerate(edges, 1)
+                for pair in ((e["src_op"], f"edge {k} source"), (e["dst_op"], f"edge {k} target"))])}
 
 
 class _Graph:

@@ -9,6 +9,11 @@ for what crosses partitions (a transaction's writes in several partitions, depen
 edges, pipeline outputs), small *fact* rows. The driver collects that one output and
 each family's `finish(facts)` turns facts into the remaining anomalies.
 
+A row names its witnesses by op (anomaly.COLUMNS `witnesses`). What a partition's steps
+know of some ops is only the index of one of their events (a transaction's commit_txn,
+its first op); a row names those in `witness_at`, as {index, role}, and the driver
+turns each into the op of that event (from the ops table) among its witnesses.
+
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`; its frames use OUT_SCHEMA, built with
 `anomalies(...)` and `facts(...)` below. A family that judges whole ops, which belong to
@@ -30,7 +35,8 @@ from .partlog import PartitionLog, log
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
 _FACT_COLUMNS = (("row", _S), ("txn2", _S), ("kind", _S), ("n1", _I), ("n2", _I),
-                 ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I))
+                 ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I),
+                 ("witness_at", pa.list_(pa.struct([("index", _I), ("role", _S)]))))
 OUT_SCHEMA = pa.schema(list(anomaly.SCHEMA) + [pa.field(n, t) for n, t in _FACT_COLUMNS])
 _LONGS = {f.name for f in OUT_SCHEMA if f.type == _I}
 
@@ -43,6 +49,11 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
         col = df[f.name] if f.name in df else pd.Series([None] * n, index=df.index)
         if f.name in _LONGS:
             out[f.name] = ints(col)
+        elif f.name == "witnesses":
+            out[f.name] = pd.Series([anomaly.plain_witnesses(v) for v in col], index=df.index,
+                                    dtype=object)
+        elif f.name == "witness_at":
+            out[f.name] = pd.Series([_plain_at(v) for v in col], index=df.index, dtype=object)
         else:
             out[f.name] = col.astype(object).where(col.notna(), None)
     return pd.DataFrame(out, index=df.index).reset_index(drop=True)
@@ -55,6 +66,40 @@ def ints(col: pd.Series) -> pd.arrays.IntegerArray:
         return col.array
     return pd.array(col.to_numpy(dtype=object if col.dtype == object else None),
                     dtype="Int64")
+
+
+def at_events(*pairs) -> list[dict]:
+    """A row's `witness_at`: {index, role} of each (event index, role) pair whose index
+    is known; the driver makes each the op of that event."""
+    return [{"index": int(i), "role": role} for i, role in pairs
+            if i is not None and not pd.isna(i)]
+
+
+def _plain_at(v) -> list[dict] | None:
+    if v is None or isinstance(v, float) or v is pd.NA:
+        return None
+    return [{"index": int(w["index"]), "role": str(w["role"])} for w in v]
+
+
+def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
+    """Each row's witness_at as witnesses: the op whose invoke or completion is that
+    event, read from the ops table only when some row needs it."""
+    at = found["witness_at"]
+    if not at.map(bool).any():
+        return found
+    ops = pq.read_table(Path(directory) / "ops.parquet",
+                        columns=["op", "invoke_index", "complete_index"]).to_pandas(
+                            types_mapper=_ARROW_TYPES)
+    done = ops[ops["complete_index"].notna()]
+    op_of = dict(zip(ops["invoke_index"].astype("int64"), ops["op"].astype("int64")))
+    op_of.update(zip(done["complete_index"].astype("int64"), done["op"].astype("int64")))
+    found = found.copy()
+    found["witnesses"] = [
+        anomaly.witnesses(*((w["op"], w["role"]) for w in ws or ()),
+                          *((op_of.get(a["index"]), a["role"]) for a in extra or ()))
+        if extra else ws
+        for ws, extra in zip(found["witnesses"], at)]
+    return found
 
 
 def anomalies(records: list[dict]) -> pd.DataFrame:
@@ -172,6 +217,7 @@ def collect(tables, families, local: bool = False) -> pd.DataFrame:
         if len(done):
             found.append(conform(done))
     result = pd.concat([f for f in found if len(f)] or [found[0]], ignore_index=True)
+    result = _resolve(result, tables.dir)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 
 
@@ -182,8 +228,10 @@ def find(tables, families):
     if found.empty:
         return anomaly.empty(spark)
     longs = [c in _LONGS for c in anomaly.COLUMNS]
-    rows = [tuple(None if pd.isna(v) else int(v) if is_long else v
-                  for v, is_long in zip(r, longs))
+    lists = [c == "witnesses" for c in anomaly.COLUMNS]
+    rows = [tuple([(w["op"], w["role"]) for w in v] if is_list and v is not None
+                  else None if is_list or pd.isna(v) else int(v) if is_long else v
+                  for v, is_long, is_list in zip(r, longs, lists))
             for r in found.itertuples(index=False, name=None)]
     from .spark import struct_type
     return spark.createDataFrame(rows, struct_type(anomaly.SCHEMA))

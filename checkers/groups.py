@@ -14,17 +14,18 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog
 from .tables import COMMITTED, UNKNOWN
 
 TYPES = of_family("groups")
 
 
-def _record(type, row, detail, offset) -> dict:
+def _record(type, row, detail, offset, witnessed) -> dict:
     return {"type": type, "severity": VIOLATION, "process": row["process"],
             "op": num(row["op"]), "topic": row["topic"], "partition": num(row["partition"]),
-            "offset": num(offset), "value": None, "txn": row["txn"], "detail": detail}
+            "offset": num(offset), "value": None, "txn": row["txn"], "detail": detail,
+            "witnesses": witnesses(*witnessed)}
 
 
 def _sought_below(seeks: pd.DataFrame, procs: np.ndarray, after: np.ndarray,
@@ -93,7 +94,8 @@ def _regressions_of(c: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[di
             f"group {group} committed offset {num(row['offset'])} ({row['f']} op "
             f"{num(row['op'])}) after offset {num(prev_row['offset'])} was committed "
             f"({prev_row['f']} op {num(prev_row['op'])}) by the same process, with no "
-            f"seek below it between", row["offset"]))
+            f"seek below it between", row["offset"],
+            [(row["op"], "lower commit"), (prev_row["op"], "earlier commit")]))
     return out
 
 
@@ -113,6 +115,7 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     s_inv = sure["eff_inv"].to_numpy(dtype=np.int64)
     s_cmp = sure["eff_cmp"].to_numpy(dtype=np.int64)
     s_off = sure["offset"].to_numpy(dtype=np.int64)
+    s_op = sure["op"].to_numpy(dtype=np.int64)
     latest_inv = np.maximum.accumulate(s_inv)
     m_inv = maybe["eff_inv"].to_numpy(dtype=float, na_value=np.nan)
     m_cmp = maybe["eff_cmp"].to_numpy(dtype=float, na_value=np.nan)
@@ -141,11 +144,13 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
         # after, the latest that completed before it began, not superseded (a suffix).
         if k == 0:
             latest, why = set(), "no commit had completed before the fetch began"
+            latest_ops: list = []
             if got is None:
                 continue
         else:
             j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
             latest = {int(x) for x in s_off[j:k]}
+            latest_ops = s_op[j:k][:3].tolist()
             why = f"offset {max(latest)} was committed before the fetch began"
         allowed = latest | racing_offsets(int(i))
         if got in allowed:
@@ -155,7 +160,8 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
         out.append(_record(
             "stale_offset_fetch", f,
             f"group {group} fetch returned offset {got if got is not None else 'none'}, "
-            f"but {why} (allowed: [{', '.join(shown)}])", f["offset"]))
+            f"but {why} (allowed: [{', '.join(shown)}])", f["offset"],
+            [(f["op"], "fetch"), *((o, "latest commit") for o in latest_ops)]))
     return out
 
 

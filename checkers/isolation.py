@@ -6,7 +6,7 @@ import sys
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
@@ -17,7 +17,7 @@ TORN_FACT = "torn"
 def _read_record(type, r, detail) -> dict:
     return {"type": type, "severity": VIOLATION, "process": r["process"], "op": num(r["op"]),
             "offset": num(r["offset"]), "value": num(r["value"]), "txn": r["w_txn"],
-            "detail": detail}
+            "detail": detail, "witnesses": witnesses((r["op"], "reader"), (r["w_op"], "writer"))}
 
 
 def aborted_reads(pl: PartitionLog) -> list[dict]:
@@ -44,18 +44,23 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
     bad = ((r["isolation"] == READ_COMMITTED) & r["w_txn"].notna()
            & r["w_txn_outcome"].isin([COMMITTED, UNKNOWN])
            & (r["complete_index"] < r["w_commit_inv"])).fillna(False).to_numpy(dtype=bool)
-    return [_read_record("precommitted_read", x,
-                         f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
-                         f"{num(x['complete_index'])}) before its commit_txn was invoked "
-                         f"(index {num(x['w_commit_inv'])})")
-            for _, x in r[bad].iterrows()]
+    out = []
+    for _, x in r[bad].iterrows():
+        rec = _read_record("precommitted_read", x,
+                           f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
+                           f"{num(x['complete_index'])}) before its commit_txn was invoked "
+                           f"(index {num(x['w_commit_inv'])})")
+        rec["witness_at"] = engine.at_events((x["w_commit_inv"], "commit"))
+        out.append(rec)
+    return out
 
 
 def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     """Per transaction (committed or unknown) that appended here: how many of its
     writes read_committed polls returned (n1) and how many they went over without
     returning (n2), with one missing write (process, op, offset, value) and one seen
-    write (a1 = offset, a2 = value) as examples."""
+    write (a1 = offset, a2 = value, a3 = its send, a4 = a read_committed poll of it) as
+    examples."""
     cov = coverage.of(pl)
     keep = (cov["txn"].notna().to_numpy(dtype=bool)
             & cov["txn_outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)
@@ -74,7 +79,11 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     for c in ("process", "op", "offset", "value"):
         out[c] = ex[c]
     s = t[t["_seen"]].drop_duplicates("txn").set_index("txn").reindex(out.index)
-    out["a1"], out["a2"] = s["offset"], s["value"]
+    out["a1"], out["a2"], out["a3"] = s["offset"], s["value"], s["op"]
+    r = pl.reads
+    rc = r[(r["isolation"] == READ_COMMITTED).fillna(False).to_numpy(dtype=bool)
+           & r["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
+    out["a4"] = s["value"].map(pd.Series(rc["op"].to_numpy(), index=rc["value"].to_numpy()))
     return engine.facts(TORN_FACT, out.rename_axis("txn").reset_index())
 
 
@@ -98,6 +107,8 @@ def torn(facts: pd.DataFrame) -> list[dict]:
             "type": "torn_txn", "severity": VIOLATION, "process": m["process"],
             "op": num(m["op"]), "topic": m["topic"], "partition": num(m["partition"]),
             "offset": num(m["offset"]), "value": num(m["value"]), "txn": txn,
+            "witnesses": witnesses((m["op"], "missing writer"), (s["a3"], "seen writer"),
+                                   (s["a4"], "reader")),
             "detail": f"{m['kind']} transaction {txn}: {seen} writes visible to "
                       f"read_committed readers (e.g. value {num(s['a2'])} at {s['topic']}/"
                       f"{num(s['partition'])} offset {num(s['a1'])}), {missing} missing though "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import LIVENESS, num, of_family
+from .anomaly import LIVENESS, num, of_family, witnesses
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
@@ -51,7 +51,7 @@ def _unreadable(ops: pd.DataFrame) -> list[dict]:
     final = ops["final"].fillna(False).astype(bool)
     stuck = ops[final & (ops["f"] == "fetch_offsets") & (ops["type"] != "ok")]
     return [{"type": "unreadable_offsets", "severity": LIVENESS, "process": r["process"],
-             "op": int(r["op"]),
+             "op": int(r["op"]), "witnesses": witnesses((r["op"], "fetch")),
              "detail": f"group {r['group']}'s committed offsets could not be read at the end "
                        f"(read_committed): {r['error'] or r['type']}"}
             for _, r in stuck.iterrows()]
@@ -75,6 +75,7 @@ def _late(ops: pd.DataFrame) -> list[dict]:
                     "; the harness gave up on it" if done else " when the history ended"))
         rows.append({"type": "late_return", "severity": LIVENESS, "process": r["process"],
                      "op": int(r["op"]), "txn": r["txn"],
+                     "witnesses": witnesses((r["op"], "call")),
                      "detail": f"{r['f']} given a {given:g} s timeout {what}"})
     return rows
 
@@ -94,6 +95,6 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     unread = int(((cov["status"] == COMMITTED) & ~cov["seen_final"]).sum()) if len(cov) else 0
     return [engine.anomalies([{
         "type": "unrecovered_partition", "severity": LIVENESS, "process": last["process"],
-        "op": num(last["op"]),
+        "op": num(last["op"]), "witnesses": witnesses((last["op"], "watermarks")),
         "detail": f"no leader answered for it in the final phase; {unread} surely written "
                   "values in it were not read there"}])]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog
 
 TYPES = of_family("log_values")
@@ -44,11 +44,23 @@ def _source(pl: PartitionLog, ob) -> pd.Series:
     return (acks if ob["ack"] else reads).iloc[int(ob["row"])]
 
 
-def _record(type, pl, ob, detail) -> dict:
+def _writer(pl: PartitionLog, ob) -> int | None:
+    """The send that wrote an observation's value, when one did."""
     row = _source(pl, ob)
+    return num(row["op"] if ob["ack"] else row["w_op"])
+
+
+def _record(type, pl, g, detail) -> dict:
+    """The anomaly shown by observations g (one per offset or value), named by its
+    second: every observer and every writer witnesses it."""
+    ob = g.iloc[1]
+    row = _source(pl, ob)
+    obs = [g.iloc[i] for i in range(len(g))]
     return {"type": type, "severity": VIOLATION, "process": row["process"],
             "op": num(row["op"]), "offset": num(ob["offset"]), "value": num(ob["value"]),
-            "txn": row["txn"], "detail": detail}
+            "txn": row["txn"], "detail": detail,
+            "witnesses": witnesses(*[(_writer(pl, o), "writer") for o in obs],
+                                   *[(_source(pl, o)["op"], "observer") for o in obs])}
 
 
 def duplicates(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
@@ -60,7 +72,7 @@ def duplicates(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     out = []
     for value, g in many.sort_values("offset").groupby("value", sort=False):
         offsets = g["offset"].astype(int).tolist()
-        out.append(_record("duplicate", pl, g.iloc[1],
+        out.append(_record("duplicate", pl, g,
                            f"value {num(value)} at offsets {', '.join(map(str, offsets))}"))
     return out
 
@@ -75,7 +87,7 @@ def inconsistent(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     out = []
     for offset, g in many.sort_values("value").groupby("offset", sort=False):
         values = g["value"].astype(int).tolist()
-        out.append(_record("inconsistent_offset", pl, g.iloc[1],
+        out.append(_record("inconsistent_offset", pl, g,
                            f"offset {num(offset)} observed holding values "
                            f"{', '.join(map(str, values))}"))
     return out
@@ -88,7 +100,7 @@ def unattributed(pl: PartitionLog) -> list[dict]:
     r = pl.reads[~pl.reads["w_found"].fillna(False).to_numpy(dtype=bool)]
     return [{"type": "unattributed_read", "severity": VIOLATION, "process": row["process"],
              "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
-             "txn": row["txn"],
+             "txn": row["txn"], "witnesses": witnesses((row["op"], "reader")),
              "detail": f"{row['process']} read value {num(row['value'])} at offset "
                        f"{num(row['offset'])}, which no send wrote"}
             for _, row in r.iterrows()]

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
@@ -21,10 +21,11 @@ def _where(w) -> str:
     return f"at an unknown offset in {int(w['lo'])}..{hi}"
 
 
-def _record(type, w, detail) -> dict:
+def _record(type, w, detail, *others) -> dict:
     return {"type": type, "severity": VIOLATION, "process": w["process"], "op": num(w["op"]),
             "offset": None if np.isnan(w["offset"]) else int(w["offset"]),
-            "value": num(w["value"]), "txn": w["txn"], "detail": detail}
+            "value": num(w["value"]), "txn": w["txn"], "detail": detail,
+            "witnesses": witnesses((w["op"], "writer"), *others)}
 
 
 def lost_writes(cov: pd.DataFrame) -> list[dict]:
@@ -40,10 +41,11 @@ def lost_writes(cov: pd.DataFrame) -> list[dict]:
     lost = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_any"]
                & cov["cov_any"]]
     return [_record("lost_write", w, f"acknowledged value {num(w['value'])} {_where(w)} "
-                    f"was never read, though {w['cover']}") for _, w in lost.iterrows()]
+                    f"was never read, though {w['cover']}", (w["cover_op"], "reader"))
+            for _, w in lost.iterrows()]
 
 
-def unseen(cov: pd.DataFrame) -> list[dict]:
+def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
     """unseen: an acknowledged (or committed) write that the final reads (events with
     final=true, after faults healed) did not return, although the final reads went
     over its offset: it lies below the final high watermark of its partition (it was
@@ -56,11 +58,14 @@ def unseen(cov: pd.DataFrame) -> list[dict]:
     gone = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_final"]
                & ((cov["has_final"] & cov["cov_final"]) | cov["beyond_high"])]
     out = []
+    marks = num(pl.watermarks.iloc[-1]["op"]) if len(pl.watermarks) else None
     for _, w in gone.iterrows():
         why = (f"its offset is at or past the final high watermark {int(w['high'])}"
                if w["beyond_high"] else f"final reads went over it: {w['fcover']}")
         out.append(_record("unseen", w, f"acknowledged value {num(w['value'])} {_where(w)} "
-                           f"is missing from the final reads; {why}"))
+                           f"is missing from the final reads; {why}",
+                           (w["fcover_op"], "final reader"),
+                           (marks if w["beyond_high"] else None, "watermarks")))
     return out
 
 
@@ -77,37 +82,44 @@ def hanging(pl: PartitionLog) -> list[dict]:
     if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
         return []
     lso = float(last["lso"])
-    txn, who = _open_at(pl, lso)
+    txn, who, writers = _open_at(pl, lso)
     return [{"type": "hanging_txn", "severity": VIOLATION, "process": last["process"],
              "op": num(last["op"]), "offset": num(last["lso"]), "txn": txn,
+             "witnesses": witnesses((last["op"], "watermarks"), *writers),
              "detail": f"last stable offset {num(last['lso'])} < high watermark "
                        f"{num(last['high'])} at the end; {who}"}]
 
 
-def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str]:
-    """The transaction whose record is at offset `lso`, and words naming it or the
-    candidates for it."""
+def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str, list[tuple]]:
+    """The transaction whose record is at offset `lso`, words naming it or the
+    candidates for it, and (op, role) of the sends named."""
     w, b = pl.writes, pl.write_bounds
     known = b["known"].to_numpy(dtype=float, na_value=np.nan)
     at = np.flatnonzero(known == lso)
     if len(at):
         row = w.iloc[at[0]]
+        mine = [(row["op"], "writer")]
         if pd.isna(row["txn"]):
-            return None, f"the record there was written by {row['process']} outside any transaction"
-        return row["txn"], f"the open transaction is {row['txn']} of {row['process']}"
+            return (None, f"the record there was written by {row['process']} outside any "
+                    "transaction", mine)
+        return row["txn"], f"the open transaction is {row['txn']} of {row['process']}", mine
     lo, hi = b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)
     maybe = (w["txn"].notna() & (w["txn_outcome"] != COMMITTED)).to_numpy(dtype=bool) & \
         np.isnan(known) & (lo <= lso) & (np.isnan(hi) | (hi >= lso))
-    txns = sorted({f"{t} of {p}" for t, p in zip(w["txn"][maybe], w["process"][maybe])})
+    cand: dict = {}  # "txn of process" -> the first send of it that may lie there
+    for t, p, op in zip(w["txn"][maybe], w["process"][maybe], w["op"][maybe]):
+        cand.setdefault(f"{t} of {p}", op)
+    txns = sorted(cand)
     if not txns:
-        return None, "no write of this history is known to lie there"
+        return None, "no write of this history is known to lie there", []
     shown = ", ".join(txns[:3]) + (f" and {len(txns) - 3} more" if len(txns) > 3 else "")
-    return None, f"no write is known at that offset; transactions that may have one there: {shown}"
+    return (None, f"no write is known at that offset; transactions that may have one there: "
+            f"{shown}", [(cand[t], "candidate writer") for t in txns[:3]])
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     cov = coverage.of(pl)
-    return [engine.anomalies(lost_writes(cov) + unseen(cov) + hanging(pl))]
+    return [engine.anomalies(lost_writes(cov) + unseen(pl, cov) + hanging(pl))]
 
 
 def find(tables):

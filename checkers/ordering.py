@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine, spans
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
@@ -41,6 +41,7 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
         out.append({"type": "nonmonotonic_send", "severity": VIOLATION,
                     "process": x["process"], "op": num(x["op"]), "offset": int(offs[i]),
                     "value": num(x["value"]), "txn": x["txn"],
+                    "witnesses": witnesses((x["op"], "later send"), (prev_op[i], "earlier send")),
                     "detail": f"{x['process']}'s send (op {num(x['op'])}) was acknowledged at "
                               f"offset {offs[i]}, not after its previous send's offset "
                               f"{prev[i]} (op {prev_op[i]})"})
@@ -83,11 +84,11 @@ def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
     return pd.DataFrame({
         "txn": None, "process": c["process"].to_numpy(dtype=object)[first],
         "sure_lo": np.minimum.reduceat(o, first), "sure_hi": np.maximum.reduceat(o, first),
-        "lo_op": op[first], "t_begin": c["invoke_index"].to_numpy(dtype=np.int64)[first],
+        "lo_op": op[first], "hi_op": op[first], "t_begin": c["invoke_index"].to_numpy(dtype=np.int64)[first],
         "t_done": c["complete_index"].to_numpy(dtype=np.int64)[first]})
 
 
-_COLS = ["txn", "process", "sure_lo", "sure_hi", "lo_op", "t_begin", "t_done"]
+_COLS = ["txn", "process", "sure_lo", "sure_hi", "lo_op", "hi_op", "t_begin", "t_done"]
 
 
 def _best_elsewhere(hi: np.ndarray, grp: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -146,6 +147,8 @@ def commit_orders(pl: PartitionLog) -> list[dict]:
         out.append({
             "type": "commit_order", "severity": VIOLATION, "process": w2["process"],
             "op": num(w2["lo_op"]), "offset": int(w2["sure_lo"]), "txn": w2["txn"],
+            "witnesses": witnesses((w2["lo_op"], "W2 send"), (w1["hi_op"], "W1 send")),
+            "witness_at": engine.at_events((w1["t_done"], "W1 end"), (w2["t_begin"], "W2 start")),
             "detail": f"{_name(w1)} {'committed' if pd.notna(w1['txn']) else 'was acknowledged'}"
                       f" (index {num(w1['t_done'])}) before {_name(w2)} "
                       f"{'began' if pd.notna(w2['txn']) else 'was sent'} "

@@ -151,7 +151,8 @@ class PartitionLog:
         """Reads and position changes of each process in its order, with run ids.
 
         Columns: process, kind, op, rec, offset, value, isolation, final, retracted,
-        invoke_index, complete_index, run, start (the run's seek position, or NaN).
+        invoke_index, complete_index, run, start (the run's seek position, or NaN),
+        start_op (that seek's op).
         """
         # Built column by column in numpy: pandas' concat and sort of nullable and
         # all-None columns cost many times more at millions of rows.
@@ -188,6 +189,7 @@ class PartitionLog:
         is_seek = is_pos & (s["type"] == "seek").to_numpy(dtype=bool)
         offsets = s["offset"].to_numpy()
         s["start"] = np.where(is_seek[first], offsets[first], np.nan)
+        s["start_op"] = np.where(is_seek[first], s["op"].to_numpy()[first], np.nan)
         s["retracted"] = ((s["kind"] == READ) & (s["txn_outcome"] == ABORTED)).to_numpy(dtype=bool)
         return s
 
@@ -266,3 +268,26 @@ class PartitionLog:
         """A scan (row) that covers [lo, hi], for an example's detail, or None."""
         m = scans[(scans["s"] <= lo) & (scans["e"] >= hi)]
         return None if m.empty else m.iloc[0]
+
+    def writer_of(self, value) -> int | None:
+        """The send op that wrote `value` to this partition, when one did."""
+        ops = self.memo("writer_of", lambda: pd.Series(
+            self.writes["op"].to_numpy(dtype=object),
+            index=self.writes["value"].to_numpy(dtype=object)).dropna())
+        op = ops.get(value) if value is not None and ops.index.is_unique else None
+        return None if op is None or pd.isna(op) else int(op)
+
+    @cached_property
+    def _scan_ops(self) -> pd.Series:
+        """Per run, the op of its read of the highest offset."""
+        st = self.steps
+        r = st[((st["kind"] == READ) & st["offset"].notna()).to_numpy(dtype=bool)]
+        if r.empty:
+            return pd.Series(dtype=float)
+        top = r.groupby("run", sort=False)["offset"].idxmax()
+        return pd.Series(r.loc[top.to_numpy(), "op"].to_numpy(), index=top.index)
+
+    def scan_op(self, scan) -> int | None:
+        """The poll at the far end of a scan (its read of the highest offset)."""
+        op = None if scan is None else self._scan_ops.get(scan["run"])
+        return None if op is None or pd.isna(op) else int(op)

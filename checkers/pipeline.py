@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family
+from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import VIS_RC, PartitionLog
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
@@ -44,6 +44,9 @@ def _outputs(pl: PartitionLog) -> pd.DataFrame:
 
 
 def _inputs(pl: PartitionLog) -> pd.DataFrame:
+    """One fact per input record the latest committed send_offsets went past: offset,
+    value, a3 = its send; the send_offsets as process, op, txn, kind = group, a1 =
+    offset."""
     o = pl.offsets
     sent = o[((o["f"] == "send_offsets") & (o["status"] == COMMITTED) & o["offset"].notna())
              .fillna(False).to_numpy(dtype=bool)]
@@ -56,9 +59,12 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     inputs = rl[(rl["vis"] == VIS_RC).to_numpy(dtype=bool)
                 & (rl["offset"] >= start).to_numpy(dtype=bool)
                 & (rl["offset"] < c["offset"]).to_numpy(dtype=bool)]
+    r = pl.reads[pl.reads["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
+    writer = pd.Series(r["w_op"].to_numpy(dtype=object), index=r["value"].to_numpy(dtype=object))
     return engine.facts(INPUT, pd.DataFrame({
         "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
-        "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"]}))
+        "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"],
+        "a3": inputs["value"].map(writer)}))
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
@@ -82,6 +88,7 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
             "type": "duplicate_output", "severity": VIOLATION, "process": x["process"],
             "op": num(x["op"]), "topic": topic, "partition": num(x["partition"]),
             "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
+            "witnesses": witnesses(*((o, "output") for o in g["op"])),
             "detail": f"input value {num(source)} has {len(g)} committed outputs in {topic}: "
                       f"values {', '.join(str(num(v)) for v in g['value'])}"})
     return found
@@ -100,6 +107,7 @@ def lost_inputs(facts: pd.DataFrame) -> list[dict]:
     return [{"type": "lost_input", "severity": VIOLATION, "process": x["process"],
              "op": num(x["op"]), "topic": x["topic"], "partition": num(x["partition"]),
              "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
+             "witnesses": witnesses((x["op"], "send_offsets"), (x["a3"], "input writer")),
              "detail": f"group {x['kind']} committed offset {num(x['a1'])} past input value "
                        f"{num(x['value'])} at offset {num(x['offset'])} (send_offsets op "
                        f"{num(x['op'])} in {x['txn']}), but no committed output has it as "

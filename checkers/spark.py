@@ -13,7 +13,14 @@ import os
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 DEFAULT_MASTER = "local[2]"
 _session: SparkSession | None = None
@@ -78,10 +85,18 @@ def _quiet_log_config() -> str:
 
 
 def struct_type(schema: pa.Schema) -> StructType:
-    """The Spark schema of an Arrow schema of int64, string and bool columns (all
-    nullable)."""
-    types = {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType()}
-    return StructType([StructField(f.name, types[f.type]) for f in schema])
+    """The Spark schema of an Arrow schema of int64, string and bool columns, and lists
+    of structs of them (all nullable)."""
+    return StructType([StructField(f.name, _spark_type(f.type)) for f in schema])
+
+
+def _spark_type(t: pa.DataType):
+    if pa.types.is_list(t):
+        return ArrayType(_spark_type(t.value_type))
+    if pa.types.is_struct(t):
+        return StructType([StructField(t.field(i).name, _spark_type(t.field(i).type))
+                           for i in range(t.num_fields)])
+    return {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType()}[t]
 
 
 def _python() -> str:

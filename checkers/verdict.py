@@ -41,7 +41,8 @@ FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, 
 class Verdict:
     """Safety and liveness, apart. valid: no violation-severity anomaly. live: no
     liveness anomaly (a call that overstayed its timeout). counts: anomalies per type.
-    examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS. notes: the
+    examples: a few anomalies per type, as plain dicts of anomaly.COLUMNS (witnesses: a
+    list of {op, role}, the ops that show it; docs/checkers.md). notes: the
     types found whose anomalies are notes; stalls: those that are liveness anomalies.
     stats: about the history. unknown: why there is no verdict at all, when the history
     holds nothing the claims can be judged on (docs/checkers.md, "Evidence"); then
@@ -145,7 +146,8 @@ def anomalies(tables) -> pd.DataFrame:
 
 
 def _plain(row: dict) -> dict:
-    return {k: (None if v is None or v is pd.NA or (isinstance(v, float) and v != v)
+    return {k: (anomaly.plain_witnesses(v) if k == "witnesses"
+                else None if v is None or v is pd.NA or (isinstance(v, float) and v != v)
                 else int(v) if k in ("op", "partition", "offset", "value") else v)
             for k, v in row.items()}
 

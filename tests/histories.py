@@ -178,6 +178,24 @@ def example(v, type: str, **expected) -> dict:
     return ex
 
 
+def assert_witnessed(row: dict) -> None:
+    """An anomaly row (or verdict example) names its ops as data: a non-empty list of
+    {op, role} that holds its `op`, in roles its type's registry entry names."""
+    from onceproof.checkers.anomaly import BY_NAME
+    ws = row.get("witnesses")
+    assert isinstance(ws, list) and ws, f"no witnesses: {row}"
+    assert all(isinstance(w["op"], int) and isinstance(w["role"], str) for w in ws), row
+    if row.get("op") is not None:
+        assert row["op"] in {w["op"] for w in ws}, f"op {row['op']} not a witness: {row}"
+    a = BY_NAME[row["type"]]
+    assert all(a.has_role(w["role"]) for w in ws), f"a role {a.name} does not name: {row}"
+
+
+def witnessed(ex: dict) -> set[tuple[int, str]]:
+    """(op, role) of each witness of an example."""
+    return {(w["op"], w["role"]) for w in ex["witnesses"]}
+
+
 def ww_ring(n: int, bad_at: int | None = None) -> pd.DataFrame:
     """The edges (checkers/cycles.py's input) of a ww cycle of n transactions, every edge
     witnessed in two partitions, runs of 1000 edges chained in one of them; real time

@@ -23,6 +23,9 @@ def test_each_type_names_its_witnesses_and_a_severity():
                               anomaly.LIVENESS), a.name
         assert a.definition, a.name
         assert "detail" in a.witnesses, a.name
+        # Every row lists its ops as witnesses, in roles the registry names and the docs show.
+        assert a.roles and a.witnesses["witnesses"], a.name
+        assert all(role in a.witnesses["witnesses"] for role in a.roles), a.name
         assert set(a.witnesses) <= set(anomaly.COLUMNS) - {"type", "severity"}, a.name
 
 

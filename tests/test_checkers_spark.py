@@ -13,7 +13,7 @@ from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import convert, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
-from tests.histories import RU, History
+from tests.histories import RU, History, assert_witnessed
 
 
 def kitchen_sink(path) -> History:
@@ -130,7 +130,8 @@ def sink(tmp_path_factory):
 
 
 def _rows(found: pd.DataFrame) -> list[tuple]:
-    return sorted(tuple(None if pd.isna(x) else x for x in r)
+    return sorted(tuple(tuple((w["op"], w["role"]) for w in x) if isinstance(x, list)
+                        else None if pd.isna(x) else x for x in r)
                   for r in found.itertuples(index=False, name=None))
 
 
@@ -139,6 +140,8 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     on_spark = engine.collect(tables, FAMILIES, local=False)
     here = engine.collect(tables, FAMILIES, local=True)
     assert set(on_spark["type"]) == set(TYPES)
+    # Witnesses too: Spark hands them back through Arrow as the same {op, role} lists.
+    assert all(isinstance(w, list) and w for w in on_spark["witnesses"])
     assert _rows(on_spark) == _rows(here)
 
 
@@ -150,8 +153,10 @@ def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_p
     for row in here.to_dict("records"):
         a = anomaly.BY_NAME[row["type"]]
         assert a.allows(row["severity"]), row
-        filled = {c for c, v in row.items() if v is not None and not pd.isna(v)}
+        filled = {c for c, v in row.items()
+                  if v is not None and (isinstance(v, list) or not pd.isna(v))}
         assert filled <= {"type", "severity", *a.witnesses}, row
+        assert_witnessed(row)
 
 
 def test_tasks_never_split_a_partition(spark, tmp_path):
@@ -188,7 +193,9 @@ def test_a_family_alone_is_a_spark_dataframe(sink, spark, tmp_path):
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
     df = log_values.find(tables)
     assert set(df.columns) >= {"type", "severity", "process", "op", "topic", "partition",
-                               "offset", "value", "txn", "detail"}
+                               "offset", "value", "txn", "detail", "witnesses"}
+    dup = df.filter(df["type"] == "duplicate").collect()[0]
+    assert dup["op"] in {w["op"] for w in dup["witnesses"]}
     assert {r["type"] for r in df.select("type").distinct().collect()} == set(log_values.TYPES)
 
 

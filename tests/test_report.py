@@ -2,7 +2,8 @@
 
 The history below has three clients and four faults with known windows; the verdict
 names an op and a value, so the page must link to the send that wrote the value and the
-poll that read it.
+poll that read it. Other ops are linked from an example's structured `witnesses`, never
+from the words of its detail.
 """
 from __future__ import annotations
 
@@ -177,6 +178,30 @@ def test_anomaly_examples_link_to_the_ops_that_show_them(run):
     assert "&lt;b&gt;NOT_ENOUGH_REPLICAS&lt;/b&gt;" in ops and "<b>NOT_ENOUGH" not in html
     pending = re.search(rf'<tr id="op-{ids["pending"]}".*?</tr>', ops, re.S).group(0)
     assert "never completed" in pending
+
+
+def test_witnesses_are_linked_from_the_structured_field_not_the_detail(tmp_path):
+    """An example whose detail names no op of its witnesses (and names another op in
+    words): the page links exactly its witnesses, each under its role."""
+    ids = _history(tmp_path)
+    (tmp_path / "verdict.json").write_text(json.dumps({
+        "valid": False, "counts": {"aborted_read": 1},
+        "examples": {"aborted_read": [{
+            "type": "aborted_read", "severity": "violation", "process": "c0", "op": None,
+            "topic": "t", "partition": 0, "offset": 20, "value": None, "txn": None,
+            "detail": f"a poll read what its writer aborted; compare op {ids['latency']}",
+            "witnesses": [{"op": ids["poll"], "role": "reader"},
+                          {"op": ids["send"], "role": "writer"}]}]}}))
+    html = write_report(tmp_path).read_text()
+    anomalies = _section(html, "anomalies")
+    assert {int(m) for m in re.findall(r'href="#op-(\d+)"', anomalies)} == \
+        {ids["poll"], ids["send"]}
+    for role, op in (("reader", ids["poll"]), ("writer", ids["send"])):
+        assert re.search(rf'{role}:</span>\s*<a href="#op-{op}">op {op}</a>', anomalies), role
+    ops = _section(html, "ops")
+    for op in (ids["poll"], ids["send"]):
+        row = re.search(rf'<tr id="op-{op}" class="linked">.*?</tr>', ops, re.S).group(0)
+        assert 'href="#anomaly-aborted_read"' in row
 
 
 def test_fault_windows_open_and_close_as_the_cluster_undoes_them(run):

@@ -380,3 +380,24 @@ def test_without_whole_txn_reads_the_pipeline_can_split_a_transaction():
                 got = {r["value"] for r in ev["value"]["records"]}
                 split += sum(1 for t, vs in by_txn.items() if vs & got and not vs <= got)
     assert split > 0
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_every_anomaly_found_names_its_witnesses(kind, tmp_path):
+    """Each type injected into a synthesized history: every anomaly row the checkers emit
+    (the injected one and any other) lists its ops as data, its own `op` among them, in
+    the roles the registry names for its type. Locally, in pandas; the Spark engine is
+    held to the same rows by tests/test_checkers_spark.py."""
+    from onceproof.checkers import engine
+    from onceproof.checkers.store import convert, read_parquet
+    from onceproof.checkers.verdict import FAMILIES
+    from tests.histories import assert_witnessed
+    from tests.support.synth.clients import write_history
+
+    events = inject(synthesize(2, ops=150), kind, random.Random(0))
+    path = write_history(events, tmp_path / "h.jsonl")
+    found = engine.collect(read_parquet(convert(path, tmp_path / "tables"), None), FAMILIES,
+                           local=True)
+    assert kind in set(found["type"])
+    for row in found.to_dict("records"):
+        assert_witnessed(row)

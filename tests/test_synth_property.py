@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from onceproof.checkers import check
 from onceproof.checkers.anomaly import TYPES
+from tests.histories import assert_witnessed
 from tests.support.synth.clients import Shape, synthesize, write_history
 from tests.support.synth.scenarios import IMPLIES, NOTES, inject
 
@@ -71,6 +72,9 @@ def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, see
     verdict = check(path, spark, local=False if on_spark else None)
     why = f"{verdict.summary()}\n{_reproduce(seed, shape, anomaly, path, on_spark)}"
     assert verdict.counts.get(anomaly, 0) >= 1, f"{anomaly} not reported\n{why}"
+    for exs in verdict.examples.values():
+        for ex in exs:
+            assert_witnessed(ex)
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], why
     if anomaly not in NOTES:
         assert not verdict.valid, why
@@ -84,3 +88,5 @@ def test_each_injection_is_exactly_one_anomaly(spark, tmp_path, anomaly):
     verdict = check(write_history(events, tmp_path / "h.jsonl"), spark, local=False)
     assert verdict.counts.get(anomaly) == 1, verdict.summary()
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], verdict.summary()
+    for ex in verdict.examples[anomaly]:
+        assert_witnessed(ex)

@@ -222,24 +222,16 @@ def _latency(h: History) -> list[dict]:
 
 # ------------------------------------------------------------------------- anomalies
 
-_OP_REF = re.compile(r"\bops? (\d+)")
-_INDEX_REF = re.compile(r"\bindex (\d+)")
-_TXN_REF = re.compile(r"[\w.-]+/\d+")
-
-
 def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
-    """Each example of the verdict, with the ops that show it: its own op, ops and event
-    indexes its detail names, the ops of its transactions, and the sends and first reads
-    of its value."""
+    """Each example of the verdict, with the ops that show it: its witnesses, by role (its
+    own op among them; an example of a verdict without witnesses links its op), the ops
+    of its transaction, and the sends and first reads of its value. From the example's
+    fields alone: the detail is text for people, never parsed."""
     if not verdict:
         return {}
     ops = h.ops
     known = set(ops["op"])
     txns = set(ops["txn"].dropna())
-    done = ops.dropna(subset=["complete_index"])
-    op_of_index = pd.Series(
-        pd.concat([ops["op"], done["op"]]).to_numpy(),
-        index=pd.concat([ops["invoke_index"], done["complete_index"]]).astype("int64").to_numpy())
     values = {ex.get("value") for exs in verdict.get("examples", {}).values() for ex in exs
               if isinstance(ex.get("value"), int)}
     value_ops = h.ops_with_values(values)
@@ -248,16 +240,19 @@ def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
     for kind, exs in verdict.get("examples", {}).items():
         for fields in exs:
             ex = Example(fields)
-            detail = str(fields.get("detail") or "")
-            direct = [fields.get("op")] + [int(m) for m in _OP_REF.findall(detail)] + \
-                [op_of_index.get(int(m)) for m in _INDEX_REF.findall(detail)
-                 if op_of_index.index.is_unique]
-            ex.links.append(("op", _unique(o for o in direct if o is not None and int(o) in known)))
-            for txn in _unique([fields.get("txn")] + _TXN_REF.findall(detail)):
-                if txn in txns:
-                    t_ops = ops.loc[ops["txn"] == txn, "op"].tolist()
-                    ex.links.append((f"txn {txn}", t_ops[:PER_TXN // 2] + t_ops[-(PER_TXN // 2):]
-                                     if len(t_ops) > PER_TXN else t_ops))
+            by_role: dict[str, list] = {}
+            for w in fields.get("witnesses") or ():
+                if isinstance(w, dict) and isinstance(w.get("op"), int) and w["op"] in known:
+                    by_role.setdefault(str(w.get("role") or "witness"), []).append(w["op"])
+            op = fields.get("op")
+            if isinstance(op, int) and op in known and not any(op in v for v in by_role.values()):
+                ex.links.append(("op", [op]))
+            ex.links.extend(by_role.items())
+            txn = fields.get("txn")
+            if txn in txns:
+                t_ops = ops.loc[ops["txn"] == txn, "op"].tolist()
+                ex.links.append((f"txn {txn}", t_ops[:PER_TXN // 2] + t_ops[-(PER_TXN // 2):]
+                                 if len(t_ops) > PER_TXN else t_ops))
             value = fields.get("value")
             if value in value_ops:
                 v_ops = value_ops[value]
