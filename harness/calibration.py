@@ -99,5 +99,19 @@ def table(rows: list[LegResult]) -> Table:
     return t
 
 
+def markdown(rows: list[LegResult]) -> str:
+    """The table as Markdown: one line per leg, release by release."""
+    lines = ["| suite | bug | Kafka (broker settings) | must | outcome | plans | first failure |"
+             " reproduced |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        r = row.result
+        first = f"{r.seconds_to_first:.0f} s" if r and r.seconds_to_first is not None else "-"
+        lines.append(f"| {row.suite} | {row.bug} | {row.leg} | "
+                     f"{'find it' if row.has_bug else 'pass'} | "
+                     f"{row.outcome if r else 'did not start: ' + row.why_not} | "
+                     f"{r.examples if r else '-'} | {first} | {r.reproduced if r else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def as_row(row: LegResult) -> dict:
     return {**asdict(row), "outcome": row.outcome, "held": row.held}

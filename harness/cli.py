@@ -278,10 +278,11 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
     import json
     import time
     from dataclasses import replace
+    from pathlib import Path
 
     from rich.console import Console
 
-    from onceproof.calibration import as_row, fetch_all, search_legs, table
+    from onceproof.calibration import as_row, fetch_all, markdown, search_legs, table
     from onceproof.workloads.suites import HISTORICAL
     unknown = set(only) - set(HISTORICAL)
     if unknown:
@@ -307,6 +308,8 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
+        # The same table for people, beside it (the nightly keeps both).
+        Path(json_out).with_suffix(".md").write_text(markdown(rows))
     sys.exit(0 if all(r.held or (r.result is not None and r.result.cut) for r in rows) else 1)
 
 
