@@ -56,9 +56,9 @@ def fetch_all(chosen: list[Historical]) -> None:
 
 
 def search_legs(h: Historical, artifacts: str | Path, nodes: int = 3,
-              spark_master: str | None = None, examples: int = 8, budget: float = 300.0,
-              replays: int = 2, seed: int | None = None, deadline: float | None = None,
-              on_leg=None) -> list[LegResult]:
+                spark_master: str | None = None, examples: int = 8, budget: float = 300.0,
+                replays: int = 2, seed: int | None = None, deadline: float | None = None,
+                on_leg=None) -> list[LegResult]:
     """Search every leg of h, each on its own fresh cluster; on_leg(row) after each."""
     rows = []
     for leg in h.legs:
@@ -83,33 +83,35 @@ def _leg(h: Historical, leg: Leg, artifacts: Path, nodes: int, spark_master: str
     return LegResult(h.name, h.bug, leg.label, leg.has_bug, result)
 
 
+COLUMNS = ("suite", "bug", "Kafka (broker settings)", "must", "outcome", "plans",
+           "time to first failure", "shrunk plan size", "reproduced")
+
+
+def cells(row: LegResult) -> list[str]:
+    """One leg as the table's cells, in COLUMNS order."""
+    r = row.result
+    if r is None:
+        return [row.suite, row.bug, row.leg, "find it" if row.has_bug else "pass",
+                f"did not start: {row.why_not}", "-", "-", "-", "-"]
+    first = f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-"
+    return [row.suite, row.bug, row.leg, "find it" if row.has_bug else "pass", row.outcome,
+            str(r.examples), first, str(r.shrunk_size or "-"), r.reproduced]
+
+
 def table(rows: list[LegResult]) -> Table:
     t = Table(title="Calibration: documented Kafka bugs, on releases that had them and "
                     "releases that fixed them")
-    for name in ("suite", "bug", "Kafka (broker settings)", "must", "outcome", "plans",
-                 "time to first failure", "shrunk plan size", "reproduced"):
+    for name in COLUMNS:
         t.add_column(name, no_wrap=name in ("suite", "outcome"))
     for row in rows:
-        r = row.result
-        t.add_row(row.suite, row.bug, row.leg, "find it" if row.has_bug else "pass",
-                  row.outcome if r is not None else f"did not start: {row.why_not}",
-                  str(r.examples) if r else "-",
-                  f"{r.seconds_to_first:.0f} s" if r and r.seconds_to_first is not None else "-",
-                  str(r.shrunk_size or "-") if r else "-", r.reproduced if r else "-")
+        t.add_row(*cells(row))
     return t
 
 
 def markdown(rows: list[LegResult]) -> str:
-    """The table as Markdown: one line per leg, release by release."""
-    lines = ["| suite | bug | Kafka (broker settings) | must | outcome | plans | first failure |"
-             " reproduced |", "|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        r = row.result
-        first = f"{r.seconds_to_first:.0f} s" if r and r.seconds_to_first is not None else "-"
-        lines.append(f"| {row.suite} | {row.bug} | {row.leg} | "
-                     f"{'find it' if row.has_bug else 'pass'} | "
-                     f"{row.outcome if r else 'did not start: ' + row.why_not} | "
-                     f"{r.examples if r else '-'} | {first} | {r.reproduced if r else '-'} |")
+    """The same table as Markdown."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells(row)) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
