@@ -287,3 +287,15 @@ def test_targets_resolve_to_the_nodes_kafka_names(cluster, tmp_path):
     assert found and found[-1] == resolved["txn_coordinator:t0"], lines[-5:]
 
     assert resolved["leader:t/1"] == cluster.leader(names.topic("t"), 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_a_preset_may_hold_for_rounds_of_its_own(data):
+    plan = {"topics": {"t": {"partitions": 2}}, "clients": {"t0": {"role": "txn_producer"}}}
+    steps = data.draw(faults.drawn("delay_requests_leader", plan=plan))
+    assert steps[0][1]["streams"] == ["upstream"] and steps[0][1]["node"].startswith("leader:")
+    assert 2 <= steps[1][0] <= 4 and steps[1][1] == {"f": "heal"}
+    # A concurrent plan passes its own hold, in seconds, which wins.
+    timed = data.draw(faults.drawn("delay_requests_leader", hold=st.just(1), plan=plan))
+    assert timed[1][0] == 1
