@@ -61,6 +61,11 @@ def concurrent(plan: dict) -> bool:
     return "duration" in plan
 
 
+def read_topic(plan: dict, client: dict) -> str:
+    """The topic a client reads: its input, its topic, else the plan's first topic."""
+    return client.get("input") or client.get("topic") or next(iter(plan["topics"]))
+
+
 def validate(plan) -> None:
     def bad(where: str, what: str):
         raise PlanError(f"plan {where}: {what} (see docs/plans.md)")
@@ -105,7 +110,7 @@ def validate(plan) -> None:
             bad(f"clients.{cid}", "a subscribing pipeline's partitions are the group's to "
                 "assign: drop \"partitions\" or \"subscribe\"")
         if "partitions" in client:
-            read = client.get("input") or client.get("topic") or next(iter(topics))
+            read = read_topic(plan, client)
             n = topics[read]["partitions"]
             if (not isinstance(client["partitions"], list) or not client["partitions"]
                     or not all(isinstance(q, int) and 0 <= q < n for q in client["partitions"])):

@@ -36,7 +36,7 @@ from onceproof.run.fleet import Fleet
 from onceproof.run.outcomes import describe, error_of
 from onceproof.workloads import faults
 from onceproof.workloads.ops import GROUPED
-from onceproof.workloads.plan import PlanError, concurrent, fault_steps, validate
+from onceproof.workloads.plan import PlanError, concurrent, fault_steps, read_topic, validate
 from onceproof.workloads.settings import setting_text
 
 SETTLE_TIMEOUT = 60.0
@@ -233,12 +233,10 @@ def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
 
 def _groups(plan: dict) -> dict[str, set[str]]:
     """Each consumer group of the plan and the topics its clients read."""
-    first = next(iter(plan["topics"]))
     groups: dict[str, set[str]] = {}
     for cid, spec in plan["clients"].items():
         if spec["role"] in GROUPED:
-            read = spec.get("input") or spec.get("topic") or first
-            groups.setdefault(spec.get("group", cid), set()).add(read)
+            groups.setdefault(spec.get("group", cid), set()).add(read_topic(plan, spec))
     return groups
 
 
