@@ -44,19 +44,11 @@ from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNO
 
 
 def scalar_frame(table: pa.Table) -> pd.DataFrame:
-    """The events' top-level fields as pandas, nullable dtypes kept."""
+    """The events' top-level fields as pandas, nullable integers and booleans kept.
+    Strings are Python objects, each distinct string once (pyarrow deduplicates them):
+    a history repeats a few process, f and type names millions of times."""
     cols = [n for n in EVENT.names if n != "value"]
-    return table.select(cols).to_pandas(types_mapper=_scalar_types)
-
-
-def _scalar_types(t: pa.DataType):
-    if pa.types.is_integer(t):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(t):
-        return pd.BooleanDtype()
-    if pa.types.is_string(t):
-        return pd.StringDtype()
-    return None
+    return table.select(cols).to_pandas(types_mapper=nullable, deduplicate_objects=True)
 
 
 def _evidence(writes: pa.Table, n_reads: int, offsets: pd.DataFrame) -> dict[str, int]:

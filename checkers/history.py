@@ -16,6 +16,7 @@ takes a non-string key, which EVENT does not), so every rejection names a line.
 """
 from __future__ import annotations
 
+import io
 import json
 import mmap
 import os
@@ -405,14 +406,53 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
 
 
 def _parse(path: Path, cut: int, take) -> pa.Table:
-    # Arrow's own map: it stays open while the reader (or a traceback) holds it.
-    with pa.memory_map(str(path)) as source:
+    # Read as a stream (not a map of the whole file, whose pages would all stay
+    # resident while it is parsed): memory is the blocks in flight and what is kept.
+    with open(path, "rb") as fh:
         opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
-        reader = pj.open_json(pa.BufferReader(source.read_buffer(cut)),
-                              read_options=pj.ReadOptions(block_size=_BLOCK),
+        reader = pj.open_json(_Prefix(fh, cut), read_options=pj.ReadOptions(block_size=_BLOCK),
                               parse_options=opts)
         kept = [take(_conform(batch)) for batch in reader]
     return pa.Table.from_batches(kept, schema=EVENT)
+
+
+class _Prefix(io.RawIOBase):
+    """The first `cut` bytes of an open binary file, as a file to read."""
+
+    def __init__(self, fh, cut: int) -> None:
+        self.fh, self.left = fh, cut
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)[:self.left]
+        n = self.fh.readinto(view) if len(view) else 0
+        self.left -= n
+        return n
+
+
+def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
+    """The first `cut` bytes of a file in pieces of whole lines (read, not mapped)."""
+    with open(path, "rb") as fh:
+        left, carry = cut, b""
+        while left > 0:
+            chunk = fh.read(min(size, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            data = carry + chunk if carry else chunk
+            if left > 0:
+                nl = data.rfind(b"\n")
+                if nl < 0:
+                    carry = data
+                    continue
+                data, carry = data[:nl + 1], data[nl + 1:]
+            else:
+                carry = b""
+            yield data
+        if carry:
+            yield carry
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -478,16 +518,18 @@ def nemesis_values(path: str | os.PathLike) -> dict[int, dict]:
     needle = f'"{NEMESIS}"'.encode()
     with _Mapped(path) as data:
         cut = _complete_length(path, data, warn=False)
-        at = data.find(needle, 0, cut)
+    # Searched block by block, so the file is never resident all at once.
+    for data in _whole_lines(path, cut, 8 << 20):
+        at = data.find(needle)
         while at >= 0:
             start = data.rfind(b"\n", 0, at) + 1
-            end = data.find(b"\n", at, cut)
-            end = cut if end < 0 else end
+            end = data.find(b"\n", at)
+            end = len(data) if end < 0 else end
             event = json.loads(data[start:end])
             if event.get("process") == NEMESIS:
                 value = event.get("value")
                 out[event["index"]] = value if isinstance(value, dict) else {}
-            at = data.find(needle, end, cut)
+            at = data.find(needle, end)
     return out
 
 
