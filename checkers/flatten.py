@@ -265,8 +265,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
     ops = _ops(events, ev)
     sends = (f == "send") & (t == "invoke")
-    counts = pc.list_value_length(pc.struct_field(
-        events.column("value").filter(pa.array(sends)).combine_chunks(), "records"))
+    counts = pc.list_value_length(pc.struct_field(events.column("value"), "records")
+                                  .filter(pa.array(sends)).combine_chunks())
     ops["n_records"] = ops["op"].map(pd.Series(
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = txn_status.outcomes(ops)

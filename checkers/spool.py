@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -79,21 +80,21 @@ class StepSpool:
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        # (topic, partition) keys, nulls distinct from every value: the topic's
-        # dictionary code (null last) and the partition, factorized together.
+        # (topic, partition) keys, nulls distinct from every value, numbered in order of
+        # first appearance: the topic's dictionary code (null its own) and the partition's
+        # factorized code (null its own), combined into one integer and factorized.
         topic = pc.dictionary_encode(table.column("topic").combine_chunks(),
                                      null_encoding="encode")
         codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         names = topic.dictionary.to_pylist()
         part, part_ok = ints(table.column("partition"))
-        pairs = np.stack([codes, np.where(part_ok, part, 0), part_ok.astype(np.int64)], axis=1)
-        uniques, first, local = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-        # New partitions get their ids in order of first appearance.
-        gids = np.empty(len(uniques), dtype=np.int64)
-        for u in np.argsort(first, kind="stable"):
-            c, p, ok = uniques[u].tolist()
-            gids[u] = self._group((names[c], int(p) if ok else None))
-        gid = gids[local.reshape(-1)]
+        pcodes, puniq = pd.factorize(np.where(part_ok, part, 0))
+        width = len(puniq) + 1
+        local, keys = pd.factorize(codes * width + np.where(part_ok, pcodes, len(puniq)))
+        gids = np.array([self._group((names[k // width],
+                                      int(puniq[k % width]) if k % width < len(puniq) else None))
+                         for k in keys.tolist()], dtype=np.int64)
+        gid = gids[local]
         order = np.argsort(gid, kind="stable")
         gid = gid[order]
         cuts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
