@@ -14,6 +14,7 @@ spooled and regrouped by partition on disk (checkers/spool.py).
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -285,13 +286,24 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     steps = StepSpool(spool)
     steps.add(_steps_of("writes", writes))
     n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
-    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink:
-        for raw in polls.blocks():
-            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
+    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-reads") as writer:
+        def write(reads: pa.Table) -> None:
             sink.write_table(reads)
             steps.add(_steps_of("reads", reads))
+
+        # One block is written (in order, by one thread) while the next is joined: both
+        # are mostly Arrow and Parquet work, without the GIL.
+        pending: Future | None = None
+        for raw in polls.blocks():
+            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
             seen.append(distinct(reads.select(_READERS.names)))
             n_reads += reads.num_rows
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(write, reads)
+        if pending is not None:
+            pending.result()
     readers = distinct(pa.concat_tables(seen[1:]))
     read_partitions = readers.to_pandas(types_mapper=nullable)
     frames = {

@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from queue import Empty, Full, Queue
 from typing import Any, TextIO
 
 import numpy as np
@@ -408,12 +409,57 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
 def _parse(path: Path, cut: int, take) -> pa.Table:
     # Read as a stream (not a map of the whole file, whose pages would all stay
     # resident while it is parsed): memory is the blocks in flight and what is kept.
+    # A thread parses the next block while this one passes through `take` (both
+    # mostly in C++, without the GIL).
+    opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
     with open(path, "rb") as fh:
-        opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
-        reader = pj.open_json(_Prefix(fh, cut), read_options=pj.ReadOptions(block_size=_BLOCK),
+        source = path if cut == os.fstat(fh.fileno()).st_size else _Prefix(fh, cut)
+        reader = pj.open_json(source, read_options=pj.ReadOptions(block_size=_BLOCK),
                               parse_options=opts)
-        kept = [take(_conform(batch)) for batch in reader]
+        kept = [take(_conform(batch)) for batch in _ahead(reader)]
     return pa.Table.from_batches(kept, schema=EVENT)
+
+
+def _ahead(reader):
+    """The batches of `reader`, the next one read in a thread while the caller works on
+    this one; an error reading is raised here, in order."""
+    done = object()
+    queue: Queue = Queue(maxsize=1)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for batch in reader:
+                while not stop.is_set():
+                    try:
+                        queue.put(batch, timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put(done)
+        except BaseException as exc:
+            queue.put(exc)
+
+    thread = threading.Thread(target=run, name="onceproof-json", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                queue.get_nowait()
+            except Empty:
+                pass
+            thread.join(0.05)
 
 
 class _Prefix(io.RawIOBase):
