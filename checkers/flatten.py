@@ -14,6 +14,7 @@ spooled and regrouped by partition on disk (checkers/spool.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -306,21 +307,31 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
             pending.result()
     readers = distinct(pa.concat_tables(seen[1:]))
     read_partitions = readers.to_pandas(types_mapper=nullable)
-    frames = {
-        "positions": _positions(events, ev, ops, read_partitions),
-        "offsets": _offsets(events, ev, ops, txns),
-        "faults": _faults(path, ops),
-        "watermarks": _watermarks(events, ev, ops),
-    }
-    tables = {"ops": ops_t, "txns": txns_t, "writes": writes}
-    tables.update({name: to_arrow(name, df) for name, df in frames.items()})
-    for name, table in tables.items():
+    for name, table in (("ops", ops_t), ("txns", txns_t), ("writes", writes)):
         pq.write_table(table, out / f"{name}.parquet")
-        if name in STEP_KINDS and name != "writes":
+    # The tables made from the events, one at a time: each is written, spooled as steps
+    # and dropped before the next is made.
+    makers: list[tuple[str, Callable[..., pd.DataFrame], tuple]] = [
+        ("positions", _positions, (events, ev, ops, read_partitions)),
+        ("offsets", _offsets, (events, ev, ops, txns)),
+        ("faults", _faults, (path, ops)),
+        ("watermarks", _watermarks, (events, ev, ops)),
+    ]
+    n_faults, evidence = 0, {}
+    for name, make, args in makers:
+        frame = make(*args)
+        if name == "offsets":
+            evidence = _evidence(writes, n_reads, frame)
+        elif name == "faults":
+            n_faults = len(frame)
+        table = to_arrow(name, frame)
+        del frame
+        pq.write_table(table, out / f"{name}.parquet")
+        if name in STEP_KINDS:
             steps.add(_steps_of(name, table))
-    n_steps = steps.finish(out / "steps.parquet")
+        del table
     partitions = distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
-    return {
+    stats = {
         "events": len(ev),
         "ops": len(ops),
         "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
@@ -329,11 +340,16 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         "writes": writes.num_rows, "reads": n_reads,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
-        "faults": len(frames["faults"]),
-        "evidence": _evidence(writes, n_reads, frames["offsets"]),
-        "steps": n_steps,
+        "faults": n_faults,
+        "evidence": evidence,
+        "steps": 0,
         "partitions": partitions.num_rows,
     }
+    # Nothing of the events is needed to regroup the steps: let it go first.
+    del events, ev, ops, ops_t, ops_index, txns, txns_t, txns_index, writes, written, seen
+    del makers, args, read_partitions, readers, partitions
+    stats["steps"] = steps.finish(out / "steps.parquet")
+    return stats
 
 
 _READERS = pa.schema([SCHEMAS["reads"].field(n) for n in ("process", "topic", "partition")])
