@@ -172,6 +172,7 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
         "parquet_mb": round(sum(f.stat().st_size for f in tables.rglob("*.parquet")
                                 if f.is_file()) / 1e6, 1),
         "synthesize_s": round(t_gen, 2), "convert_s": round(t_conv, 2),
+        "convert_events_per_s": _per_s(n, t_conv),
         "check_s": round(t_check, 2), "events_per_s": round(n / t_check),
         # What a user waits for: JSONL to verdict, on each engine.
         "end_to_end_events_per_s": _per_s(n, t_conv + t_check),
@@ -195,7 +196,8 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
           f"{figures['steps_per_s']:,} steps/s)")
     print(f"  / Spark scan only    {figures['check_over_scan']}x  (scan {t_scan:.1f} s)")
     print(f"  / pandas dup + lost  {figures['check_over_pandas']}x  (pandas {t_pandas:.1f} s)")
-    print(f"convert to Parquet     {t_conv:.1f} s (once per history)")
+    print(f"convert to Parquet     {t_conv:.1f} s ({_n(figures['convert_events_per_s'])} events/s, "
+          f"peak {figures['peak_rss_convert_mb']} MB; once per history)")
     print(f"end to end             {t_conv + t_check:.1f} s on Spark "
           f"({_n(figures['end_to_end_events_per_s'])} events/s), {t_conv + t_local:.1f} s local "
           f"({_n(figures['end_to_end_local_events_per_s'])} events/s; local check {t_local:.1f} s, "

@@ -19,8 +19,8 @@ def explode_frame(events: pa.Table, mask: np.ndarray, key: str) -> pd.DataFrame:
 def explode(events: pa.Table, mask: np.ndarray, key: str) -> pa.Table:
     item = events.schema.field("value").type.field(key).type.value_type
     sel = pa.array(np.flatnonzero(mask), type=pa.int64())
-    values = events.column("value").take(sel).combine_chunks()
-    lists = pc.struct_field(values, key)
+    # The one field, then the rows: the other fields of value are never copied.
+    lists = pc.struct_field(events.column("value"), key).take(sel).combine_chunks()
     flat = pc.list_flatten(lists)
     parents = pc.list_parent_indices(lists).to_numpy()
     lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
@@ -79,8 +79,8 @@ def nullable(t):
 
 
 def value_field(events: pa.Table, mask: np.ndarray, key: str) -> np.ndarray:
-    values = events.column("value").filter(pa.array(mask))
-    return pc.struct_field(values.combine_chunks(), key).to_numpy(zero_copy_only=False)
+    field = pc.struct_field(events.column("value"), key)
+    return field.filter(pa.array(mask)).to_numpy(zero_copy_only=False)
 
 
 def ordered(cols: dict, name: str) -> pa.Table:

@@ -193,8 +193,14 @@ def partition_pass(tables, families):
 def local_pass(directory, families) -> pd.DataFrame:
     """The same pass without Spark, in this process. For small histories, where
     Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
-    steps = pq.read_table(Path(directory) / "steps.parquet").to_pandas(types_mapper=_ARROW_TYPES)
-    return run_all(steps, families)
+    # One bucket file at a time (each holds whole partitions, checkers/spool.py), as
+    # Spark's tasks get them: memory is a bucket's steps, not the whole table's.
+    steps = Path(directory) / "steps.parquet"
+    files = sorted(steps.glob("*.parquet")) if steps.is_dir() else [steps]
+    frames = [run_all(pq.read_table(f).to_pandas(types_mapper=_ARROW_TYPES), families)
+              for f in files]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
 
 
 def collect(tables, families, local: bool = False) -> pd.DataFrame:

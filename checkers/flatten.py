@@ -14,6 +14,8 @@ spooled and regrouped by partition on disk (checkers/spool.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,19 +46,11 @@ from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNO
 
 
 def scalar_frame(table: pa.Table) -> pd.DataFrame:
-    """The events' top-level fields as pandas, nullable dtypes kept."""
+    """The events' top-level fields as pandas, nullable integers and booleans kept.
+    Strings are Python objects, each distinct string once (pyarrow deduplicates them):
+    a history repeats a few process, f and type names millions of times."""
     cols = [n for n in EVENT.names if n != "value"]
-    return table.select(cols).to_pandas(types_mapper=_scalar_types)
-
-
-def _scalar_types(t: pa.DataType):
-    if pa.types.is_integer(t):
-        return pd.Int64Dtype()
-    if pa.types.is_boolean(t):
-        return pd.BooleanDtype()
-    if pa.types.is_string(t):
-        return pd.StringDtype()
-    return None
+    return table.select(cols).to_pandas(types_mapper=nullable, deduplicate_objects=True)
 
 
 def _evidence(writes: pa.Table, n_reads: int, offsets: pd.DataFrame) -> dict[str, int]:
@@ -273,8 +267,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
     ops = _ops(events, ev)
     sends = (f == "send") & (t == "invoke")
-    counts = pc.list_value_length(pc.struct_field(
-        events.column("value").filter(pa.array(sends)).combine_chunks(), "records"))
+    counts = pc.list_value_length(pc.struct_field(events.column("value"), "records")
+                                  .filter(pa.array(sends)).combine_chunks())
     ops["n_records"] = ops["op"].map(pd.Series(
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = txn_status.outcomes(ops)
@@ -293,30 +287,51 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     steps = StepSpool(spool)
     steps.add(_steps_of("writes", writes))
     n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
-    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink:
-        for raw in polls.blocks():
-            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
+    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-reads") as writer:
+        def write(reads: pa.Table) -> None:
             sink.write_table(reads)
             steps.add(_steps_of("reads", reads))
+
+        # One block is written (in order, by one thread) while the next is joined: both
+        # are mostly Arrow and Parquet work, without the GIL.
+        pending: Future | None = None
+        for raw in polls.blocks():
+            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
             seen.append(distinct(reads.select(_READERS.names)))
             n_reads += reads.num_rows
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(write, reads)
+        if pending is not None:
+            pending.result()
     readers = distinct(pa.concat_tables(seen[1:]))
     read_partitions = readers.to_pandas(types_mapper=nullable)
-    frames = {
-        "positions": _positions(events, ev, ops, read_partitions),
-        "offsets": _offsets(events, ev, ops, txns),
-        "faults": _faults(path, ops),
-        "watermarks": _watermarks(events, ev, ops),
-    }
-    tables = {"ops": ops_t, "txns": txns_t, "writes": writes}
-    tables.update({name: to_arrow(name, df) for name, df in frames.items()})
-    for name, table in tables.items():
+    for name, table in (("ops", ops_t), ("txns", txns_t), ("writes", writes)):
         pq.write_table(table, out / f"{name}.parquet")
-        if name in STEP_KINDS and name != "writes":
+    # The tables made from the events, one at a time: each is written, spooled as steps
+    # and dropped before the next is made.
+    makers: list[tuple[str, Callable[..., pd.DataFrame], tuple]] = [
+        ("positions", _positions, (events, ev, ops, read_partitions)),
+        ("offsets", _offsets, (events, ev, ops, txns)),
+        ("faults", _faults, (path, ops)),
+        ("watermarks", _watermarks, (events, ev, ops)),
+    ]
+    n_faults, evidence = 0, {}
+    for name, make, args in makers:
+        frame = make(*args)
+        if name == "offsets":
+            evidence = _evidence(writes, n_reads, frame)
+        elif name == "faults":
+            n_faults = len(frame)
+        table = to_arrow(name, frame)
+        del frame
+        pq.write_table(table, out / f"{name}.parquet")
+        if name in STEP_KINDS:
             steps.add(_steps_of(name, table))
-    n_steps = steps.finish(out / "steps.parquet")
+        del table
     partitions = distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
-    return {
+    stats = {
         "events": len(ev),
         "ops": len(ops),
         "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
@@ -325,11 +340,16 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         "writes": writes.num_rows, "reads": n_reads,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
-        "faults": len(frames["faults"]),
-        "evidence": _evidence(writes, n_reads, frames["offsets"]),
-        "steps": n_steps,
+        "faults": n_faults,
+        "evidence": evidence,
+        "steps": 0,
         "partitions": partitions.num_rows,
     }
+    # Nothing of the events is needed to regroup the steps: let it go first.
+    del events, ev, ops, ops_t, ops_index, txns, txns_t, txns_index, writes, written, seen
+    del makers, args, read_partitions, readers, partitions
+    stats["steps"] = steps.finish(out / "steps.parquet")
+    return stats
 
 
 _READERS = pa.schema([SCHEMAS["reads"].field(n) for n in ("process", "topic", "partition")])

@@ -16,6 +16,7 @@ takes a non-string key, which EVENT does not), so every rejection names a line.
 """
 from __future__ import annotations
 
+import io
 import json
 import mmap
 import os
@@ -23,6 +24,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from queue import Empty, Full, Queue
 from typing import Any, TextIO
 
 import numpy as np
@@ -405,14 +407,98 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
 
 
 def _parse(path: Path, cut: int, take) -> pa.Table:
-    # Arrow's own map: it stays open while the reader (or a traceback) holds it.
-    with pa.memory_map(str(path)) as source:
-        opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
-        reader = pj.open_json(pa.BufferReader(source.read_buffer(cut)),
-                              read_options=pj.ReadOptions(block_size=_BLOCK),
+    # Read as a stream (not a map of the whole file, whose pages would all stay
+    # resident while it is parsed): memory is the blocks in flight and what is kept.
+    # A thread parses the next block while this one passes through `take` (both
+    # mostly in C++, without the GIL).
+    opts = pj.ParseOptions(explicit_schema=EVENT, unexpected_field_behavior="ignore")
+    with open(path, "rb") as fh:
+        source = path if cut == os.fstat(fh.fileno()).st_size else _Prefix(fh, cut)
+        reader = pj.open_json(source, read_options=pj.ReadOptions(block_size=_BLOCK),
                               parse_options=opts)
-        kept = [take(_conform(batch)) for batch in reader]
+        kept = [take(_conform(batch)) for batch in _ahead(reader)]
     return pa.Table.from_batches(kept, schema=EVENT)
+
+
+def _ahead(reader):
+    """The batches of `reader`, the next one read in a thread while the caller works on
+    this one; an error reading is raised here, in order."""
+    done = object()
+    queue: Queue = Queue(maxsize=1)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for batch in reader:
+                while not stop.is_set():
+                    try:
+                        queue.put(batch, timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put(done)
+        except BaseException as exc:
+            queue.put(exc)
+
+    thread = threading.Thread(target=run, name="onceproof-json", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                queue.get_nowait()
+            except Empty:
+                pass
+            thread.join(0.05)
+
+
+class _Prefix(io.RawIOBase):
+    """The first `cut` bytes of an open binary file, as a file to read."""
+
+    def __init__(self, fh, cut: int) -> None:
+        self.fh, self.left = fh, cut
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)[:self.left]
+        n = self.fh.readinto(view) if len(view) else 0
+        self.left -= n
+        return n
+
+
+def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
+    """The first `cut` bytes of a file in pieces of whole lines (read, not mapped)."""
+    with open(path, "rb") as fh:
+        left, carry = cut, b""
+        while left > 0:
+            chunk = fh.read(min(size, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            data = carry + chunk if carry else chunk
+            if left > 0:
+                nl = data.rfind(b"\n")
+                if nl < 0:
+                    carry = data
+                    continue
+                data, carry = data[:nl + 1], data[nl + 1:]
+            else:
+                carry = b""
+            yield data
+        if carry:
+            yield carry
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -478,16 +564,18 @@ def nemesis_values(path: str | os.PathLike) -> dict[int, dict]:
     needle = f'"{NEMESIS}"'.encode()
     with _Mapped(path) as data:
         cut = _complete_length(path, data, warn=False)
-        at = data.find(needle, 0, cut)
+    # Searched block by block, so the file is never resident all at once.
+    for data in _whole_lines(path, cut, 8 << 20):
+        at = data.find(needle)
         while at >= 0:
             start = data.rfind(b"\n", 0, at) + 1
-            end = data.find(b"\n", at, cut)
-            end = cut if end < 0 else end
+            end = data.find(b"\n", at)
+            end = len(data) if end < 0 else end
             event = json.loads(data[start:end])
             if event.get("process") == NEMESIS:
                 value = event.get("value")
                 out[event["index"]] = value if isinstance(value, dict) else {}
-            at = data.find(needle, end, cut)
+            at = data.find(needle, end)
     return out
 
 

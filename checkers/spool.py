@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .arrow import explode
+from .arrow import explode, ints
 from .tables import SCHEMAS
 
 BUCKETS = 32  # at most this many steps files (Spark tasks)
@@ -64,34 +64,51 @@ class StepSpool:
     """The steps table, spooled to disk in blocks sorted by (topic, partition), then
     written as bucket files that each hold whole partitions in one Parquet row group:
     Spark reads a row group in one task, so every task sees all the steps of the
-    partitions it is given (checkers/engine.py), with no shuffle at check time."""
+    partitions it is given (checkers/engine.py), with no shuffle at check time.
+
+    Each block file holds one record batch per partition, so `finish` reads, for one
+    bucket at a time, only the batches of that bucket's partitions: its memory is one
+    bucket's steps, not the whole table."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.groups: dict[tuple, int] = {}
         self.sizes: list[int] = []
-        self.blocks: list[tuple[Path, dict[int, tuple[int, int]]]] = []
+        # Per block file: group -> the record batch of the file that holds its steps.
+        self.blocks: list[tuple[Path, dict[int, int]]] = []
 
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        keys = pd.DataFrame({
-            "t": table.column("topic").fill_null("").to_numpy(zero_copy_only=False),
-            "n": table.column("topic").is_null().to_numpy(zero_copy_only=False),
-            "p": pc.fill_null(table.column("partition"), -1).to_numpy(),
-            "q": table.column("partition").is_null().to_numpy(zero_copy_only=False)})
-        local, uniques = pd.factorize(pd.MultiIndex.from_frame(keys))
-        gid = np.array([self._group(k) for k in uniques], dtype=np.int64)[local]
+        # (topic, partition) keys, nulls distinct from every value, numbered in order of
+        # first appearance: the topic's dictionary code (null its own) and the partition's
+        # factorized code (null its own), combined into one integer and factorized.
+        topic = pc.dictionary_encode(table.column("topic").combine_chunks(),
+                                     null_encoding="encode")
+        codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = topic.dictionary.to_pylist()
+        part, part_ok = ints(table.column("partition"))
+        pcodes, puniq = pd.factorize(np.where(part_ok, part, 0))
+        width = len(puniq) + 1
+        local, keys = pd.factorize(codes * width + np.where(part_ok, pcodes, len(puniq)))
+        gids = np.array([self._group((names[k // width],
+                                      int(puniq[k % width]) if k % width < len(puniq) else None))
+                         for k in keys.tolist()], dtype=np.int64)
+        gid = gids[local]
         order = np.argsort(gid, kind="stable")
         gid = gid[order]
         cuts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
         ends = np.r_[cuts[1:], len(gid)]
-        where = {int(gid[a]): (int(a), int(b)) for a, b in zip(cuts, ends)}
-        for g, (a, b) in where.items():
-            self.sizes[g] += b - a
+        sorted_ = table.take(pa.array(order, type=pa.int64()))
+        where = {}
         path = self.folder / f"steps-{len(self.blocks):06d}.arrow"
         with pa.ipc.new_file(path, table.schema) as out:
-            out.write_table(table.take(pa.array(order, type=pa.int64())))
+            for i, (a, b) in enumerate(zip(cuts, ends)):
+                g = int(gid[a])
+                self.sizes[g] += int(b - a)
+                where[g] = i
+                out.write_table(sorted_.slice(int(a), int(b - a)).combine_chunks(),
+                                max_chunksize=int(b - a))
         self.blocks.append((path, where))
 
     def _group(self, key: tuple) -> int:
@@ -114,17 +131,16 @@ class StepSpool:
             load[b] += self.sizes[g]
             members[b].append(g)
         schema = SCHEMAS["steps"]
-        sources = [pa.memory_map(str(path)) for path, _ in self.blocks]
-        try:
-            blocks = [pa.ipc.open_file(src).read_all() for src in sources]
-            for b in range(n):
-                pieces = [block.slice(a, e - a) for g in members[b]
-                          for block, (_, where) in zip(blocks, self.blocks)
-                          if g in where for a, e in [where[g]]]
-                part = pa.concat_tables(pieces) if pieces else schema.empty_table()
-                pq.write_table(part, folder / f"part-{b:05d}.parquet",
-                               row_group_size=max(1, part.num_rows))
-        finally:
-            for src in sources:
-                src.close()
+        for b in range(n):
+            pieces = []
+            for g in members[b]:
+                for path, where in self.blocks:
+                    if g in where:
+                        # Read into memory (not a map, whose pages would stay resident).
+                        with pa.OSFile(str(path)) as src:
+                            pieces.append(pa.ipc.open_file(src).get_batch(where[g]))
+            part = pa.Table.from_batches(pieces, schema=schema) if pieces else schema.empty_table()
+            pq.write_table(part, folder / f"part-{b:05d}.parquet",
+                           row_group_size=max(1, part.num_rows))
+            del part, pieces
         return sum(self.sizes)
