@@ -46,7 +46,9 @@ class Verdict:
     types found whose anomalies are notes; stalls: those that are liveness anomalies.
     stats: about the history. unknown: why there is no verdict at all, when the history
     holds nothing the claims can be judged on (docs/checkers.md, "Evidence"); then
-    valid and live say only that nothing was found."""
+    valid and live say only that nothing was found. tested: what the run tested, when
+    the harness ran it (the cluster as it described itself, and `faults_injected`); on a
+    cluster the harness did not start, also which faults could not be injected."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
@@ -54,6 +56,7 @@ class Verdict:
     stats: dict = field(default_factory=dict)
     stalls: list[str] = field(default_factory=list)
     unknown: str | None = None
+    tested: dict = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -77,7 +80,8 @@ class Verdict:
         return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
-                   stalls=list(d.get("stalls", [])), unknown=d.get("unknown"))
+                   stalls=list(d.get("stalls", [])), unknown=d.get("unknown"),
+                   tested=dict(d.get("tested") or {}))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -92,10 +96,16 @@ class Verdict:
         """The verdict in a few words: safety first, then liveness when it failed."""
         if self.unknown is not None:
             return f"UNKNOWN: {self.unknown}"
-        return ("VALID" if self.valid else "INVALID") + ("" if self.live else ", NOT LIVE")
+        # On a cluster the harness did not start, a run with no fault says so: it tested
+        # the claims without the failures they are about.
+        fault_free = self.tested.get("external") and not self.tested.get("faults_injected")
+        return (("VALID" if self.valid else "INVALID") + ("" if self.live else ", NOT LIVE")
+                + (" (fault-free: no fault was injected)" if fault_free else ""))
 
     def summary(self) -> str:
         lines = [self.headline]
+        if self.tested.get("external"):
+            lines.append(describe_tested(self.tested))
         s = self.stats
         if s:
             lines.append(f"{s.get('events', 0)} events, {s.get('ops', 0)} ops, "
@@ -108,6 +118,16 @@ class Verdict:
         if not self.counts:
             lines.append("  no anomalies")
         return "\n".join(lines)
+
+
+def describe_tested(tested: dict) -> str:
+    """What a run on a cluster the harness did not start tested, in one line."""
+    brokers = tested.get("brokers") or []
+    not_injected = tested.get("not_injected") or []
+    return (f"tested: Kafka {tested.get('kafka_version')} at {tested.get('bootstrap')}, "
+            f"{len(brokers)} brokers ({', '.join(brokers)}); "
+            f"{tested.get('faults_injected', 0)} faults injected"
+            + (f"; not injected: {'; '.join(not_injected)}" if not_injected else ""))
 
 
 def missing_evidence(stats: dict) -> str | None:

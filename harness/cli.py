@@ -94,6 +94,47 @@ def broker_config_options(f):
                              "--broker-config-file).")(f)
 
 
+def external_options(f):
+    """--bootstrap and what goes with it: run against a cluster the harness did not start."""
+    f = click.option("--keep", is_flag=True,
+                     help="With --bootstrap: keep the topics and groups each run creates "
+                          "(default: deleted when the run ends, Ctrl-C included).")(f)
+    f = click.option("--fault-command", "fault_commands", multiple=True, metavar="KIND=COMMAND",
+                     help="With --bootstrap: the shell command that does a node fault "
+                          "(kill, start, pause, resume, stop), with {node}, {host} and {port} "
+                          "of the broker, e.g. kill='ssh {host} sudo systemctl kill -s KILL "
+                          "kafka' (repeatable). None: the run is fault-free.")(f)
+    f = click.option("--client-config-file", type=click.Path(), default=None,
+                     help="With --bootstrap: a properties file of client settings "
+                          "(security.protocol, sasl.*, ssl.*).")(f)
+    f = click.option("--client-config", "client_pairs", multiple=True, metavar="KEY=VALUE",
+                     help="With --bootstrap: a client setting (repeatable; wins over the file). "
+                          "Values never reach plans, histories, reports or logs.")(f)
+    return click.option("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                        help="Run against this existing Kafka-compatible cluster instead of "
+                             "starting one (network faults are then not available).")(f)
+
+
+def _external(bootstrap: str | None, client_pairs: tuple[str, ...], client_file: str | None,
+              fault_commands: tuple[str, ...], keep: bool):
+    """The cluster --bootstrap names (not yet connected), or None without --bootstrap;
+    every option checked here, in one line each."""
+    from onceproof.cluster.external import ExternalCluster, parse_commands
+    from onceproof.workloads.settings import SettingsError, parse_client
+    if not bootstrap:
+        given = [name for name, v in (("--client-config", client_pairs),
+                                      ("--client-config-file", client_file),
+                                      ("--fault-command", fault_commands), ("--keep", keep)) if v]
+        if given:
+            raise SetupError(f"{', '.join(given)} apply to a cluster you bring: add --bootstrap HOST:PORT")
+        return None
+    try:
+        client = parse_client(client_pairs, client_file)
+    except SettingsError as exc:
+        raise SetupError(str(exc)) from None
+    return ExternalCluster(bootstrap, client, parse_commands(fault_commands), keep)
+
+
 spark_option = click.option("--spark-master", envvar="ONCEPROOF_SPARK_MASTER", default=None,
                             help="Spark master for checking histories too big to check "
                                  "in this process (default: local).")
@@ -176,10 +217,17 @@ def status(root: str, as_json: bool) -> None:
 nodes_option = click.option("--nodes", default=3, show_default=True, help="Number of KRaft nodes.")
 
 
-def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):
+def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, external=None):
+    """A fresh cluster of the harness's own, or the one the user brought (connected now,
+    so that a bad address or refused credentials stop everything before it starts)."""
     from pathlib import Path
 
     from onceproof.cluster.cluster import Cluster
+    if external is not None:
+        if kafka_version:
+            raise SetupError("--kafka-version picks the release of a cluster the harness starts; "
+                             "with --bootstrap the cluster's own release is tested")
+        return external.up()
     return Cluster(Path(artifacts) / "cluster", nodes, kafka_version)
 
 
@@ -190,10 +238,12 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None):
 @kafka_version_option
 @spark_option
 @artifacts_option
+@external_options
 def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
-           spark_master: str | None, artifacts: str) -> None:
-    """Re-run a saved plan (plan.json, or a counterexample folder) on a fresh cluster and
-    report how many runs show the anomaly it was saved for."""
+           spark_master: str | None, artifacts: str, bootstrap, client_pairs,
+           client_config_file, fault_commands, keep) -> None:
+    """Re-run a saved plan (plan.json, or a counterexample folder) on a fresh cluster, or
+    on yours (--bootstrap), and report how many runs show the anomaly it was saved for."""
     import json
     from pathlib import Path
 
@@ -209,7 +259,8 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
     wanted = ({t for t, n in json.loads(saved.read_text()).get("counts", {}).items() if n}
               if saved.exists() else set())
     hits = 0
-    with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
+    external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
+    with _fresh_cluster(artifacts, nodes, kafka_version, external) as cluster:
         for i in range(runs):
             trial = run_trial(plan, cluster, Path(artifacts) / "replays" / f"run-{i + 1}",
                               spark_master)
@@ -240,13 +291,18 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
 @kafka_version_option
 @spark_option
 @artifacts_option
+@external_options
 def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, nodes,
-           kafka_version, spark_master, artifacts) -> None:
-    """Hunt every known-bad configuration and check the known-good one; print the table."""
+           kafka_version, spark_master, artifacts, bootstrap, client_pairs, client_config_file,
+           fault_commands, keep) -> None:
+    """Hunt every known-bad configuration and check the known-good one; print the table.
+    With --bootstrap, the suites your cluster and fault commands can run."""
+
     from onceproof.workloads.suites import SUITES
+    external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
-                   spark_master, artifacts, "Known-bad and known-good suites")
+                   spark_master, artifacts, "Known-bad and known-good suites", external)
     # Suites the time limit stopped are shown as such, not counted as misses.
     sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
 
@@ -365,7 +421,7 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
 
 
 def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,
-            nodes, kafka_version, spark_master, artifacts, title) -> list:
+            nodes, kafka_version, spark_master, artifacts, title, external=None) -> list:
     """Search each chosen suite of registry in each mode on one fresh cluster; print and
     optionally save the table."""
     import json
@@ -382,8 +438,14 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
     chosen = [registry[n] for n in (only or registry)]
     deadline = time.monotonic() + time_limit if time_limit else None
     rows = []
-    with _fresh_cluster(artifacts, nodes, kafka_version) as cluster:
-        for suite in chosen:
+    with _fresh_cluster(artifacts, nodes, kafka_version, external) as cluster:
+        for asked in chosen:
+            suite, left_out = asked.on(cluster)
+            if suite is None:
+                click.echo(f"{asked.name}: not run on this cluster: {left_out}", err=True)
+                continue
+            if left_out:
+                click.echo(f"{suite.name}: run {left_out}", err=True)
             for shape in modes:
                 if shape not in suite.shapes:
                     click.echo(f"{suite.name}: hunted in {', '.join(suite.shapes)} plans only, "
@@ -392,7 +454,7 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                 click.echo(f"hunting {suite.name} ({shape}) ...", err=True)
                 rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
                                  replays, seed, deadline, shape))
-        version = cluster.dist.version
+        version = cluster.version
     table = Table(title=f"{title} (Kafka {version})")
     for name in ("suite", "mode", "expected anomaly", "caught", "examples",
                  "time to first failure", "shrunk plan size", "reproduced"):
@@ -422,8 +484,10 @@ def install(kafka_version: str | None) -> None:
 @main.command("run")
 @click.option("--workload", default="pipeline", show_default=True,
               help="producers, transactions, pipeline or rewind.")
-@click.option("--faults", default="mixed", show_default=True,
-              help="mixed, net, node, none, or a comma-separated list of fault kinds.")
+@click.option("--faults", default=None,
+              help="mixed, net, node, none, or a comma-separated list of fault kinds "
+                   "(default: mixed; with --bootstrap, the node faults your --fault-command "
+                   "templates can do).")
 @click.option("--runs", default=1, show_default=True, help="How many generated plans to run.")
 @click.option("--mode", type=click.Choice(["concurrent", "rounds"]), default="concurrent",
               show_default=True, help="concurrent: every client runs nonstop for --duration while "
@@ -445,15 +509,23 @@ def install(kafka_version: str | None) -> None:
 @kafka_version_option
 @broker_config_options
 @spark_option
+@external_options
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, broker_pairs,
-                broker_config_file, spark_master) -> None:
-    """Generate a workload, run it on a local cluster under faults, check it, report."""
+                broker_config_file, spark_master, bootstrap, client_pairs, client_config_file,
+                fault_commands, keep) -> None:
+    """Generate a workload, run it on a local cluster under faults (or on yours, with
+    --bootstrap), check it, report."""
+
     from onceproof.run_job import JobOptions, run_job
     broker = _broker_settings(broker_pairs, broker_config_file)
+    external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
+    if external is not None and (broker or kafka_version):
+        raise SetupError("--broker-config and --kafka-version set up a cluster the harness "
+                         "starts; with --bootstrap your cluster runs as it is")
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
-                              clients_per_node, partitions, interval, broker))
+                              clients_per_node, partitions, interval, broker, external))
     sys.exit(code)
 
 

@@ -31,6 +31,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a broker setting for the test cluster (repeatable)")
     group.addoption("--broker-config-file", default=os.environ.get("ONCEPROOF_BROKER_CONFIG"),
                     help="a server.properties whose broker settings the test cluster runs with")
+    group.addoption("--bootstrap", default=os.environ.get("ONCEPROOF_BOOTSTRAP"),
+                    metavar="HOST:PORT[,...]",
+                    help="run the properties against this existing cluster instead of starting "
+                         "one (network faults are then not available)")
+    group.addoption("--client-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --bootstrap: a client setting (security.protocol, sasl.*, ssl.*; "
+                         "repeatable)")
+    group.addoption("--client-config-file", default=os.environ.get("ONCEPROOF_CLIENT_CONFIG"),
+                    help="with --bootstrap: a properties file of client settings")
+    group.addoption("--fault-command", action="append", default=[], metavar="KIND=COMMAND",
+                    help="with --bootstrap: the command for a node fault (kill, start, pause, "
+                         "resume, stop) with {node}, {host}, {port} (repeatable)")
+    group.addoption("--keep", action="store_true",
+                    help="with --bootstrap: keep the topics and groups each example creates")
     group.addoption("--spark-master", default=os.environ.get("ONCEPROOF_SPARK_MASTER"),
                     help="Spark master for the checkers (default: local)")
     group.addoption("--shrink-budget", type=float,
@@ -69,16 +83,26 @@ def artifacts_dir(pytestconfig: pytest.Config) -> Path:
 
 @pytest.fixture(scope="session")
 def session_cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory):
+    """The cluster of the session: one the plugin starts, or yours (--bootstrap)."""
     from onceproof.cluster.cluster import Cluster
-    from onceproof.workloads.settings import SettingsError, parse
+    from onceproof.cluster.external import ExternalCluster, parse_commands
+    from onceproof.errors import SetupError
+    from onceproof.workloads.settings import SettingsError, parse, parse_client
+    option = pytestconfig.getoption
     try:
-        broker = parse(tuple(pytestconfig.getoption("--broker-config")),
-                       pytestconfig.getoption("--broker-config-file"))
-    except SettingsError as exc:
+        if option("--bootstrap"):
+            external = ExternalCluster(option("--bootstrap"),
+                                       parse_client(tuple(option("--client-config")),
+                                                    option("--client-config-file")),
+                                       parse_commands(option("--fault-command")), option("--keep"))
+            with external.up() as cluster:
+                yield cluster
+            return
+        broker = parse(tuple(option("--broker-config")), option("--broker-config-file"))
+    except (SettingsError, SetupError) as exc:
         raise pytest.UsageError(str(exc)) from None
     root = tmp_path_factory.mktemp("cluster")
-    with Cluster(root, pytestconfig.getoption("--nodes"),
-                 pytestconfig.getoption("--kafka-version"), overrides=broker) as cluster:
+    with Cluster(root, option("--nodes"), option("--kafka-version"), overrides=broker) as cluster:
         yield cluster
 
 

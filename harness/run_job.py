@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from onceproof.cluster.cluster import Cluster, effect_text
+from onceproof.cluster.external import AnyCluster, ExternalCluster
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
@@ -27,7 +28,7 @@ from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
 @dataclass
 class JobOptions:
     workload: str = "pipeline"
-    faults: str = "mixed"
+    faults: str | None = None  # None: mixed, or on a cluster you bring, what it can do
     runs: int = 1
     rounds: int = 24
     time_budget: float | None = None
@@ -43,13 +44,19 @@ class JobOptions:
     partitions: int = 6
     interval: float = 10.0
     broker: dict = field(default_factory=dict)  # broker settings on top of the harness's
+    external: ExternalCluster | None = None  # a cluster you bring (--bootstrap), connected
 
     def strategy(self):
         """The plans this job draws; every option is checked here, before anything starts."""
         from onceproof.errors import SetupError
         if self.workload not in WORKLOADS:
             raise SetupError(f"unknown workload {self.workload!r}: use one of {', '.join(WORKLOADS)}")
-        kinds = fault_kinds(self.faults)
+        kinds = fault_kinds(self.faults or "mixed")
+        if self.external is not None:
+            for name in kinds:
+                if (why := self.external.cannot(faults.kind_of(name))):
+                    raise SetupError(f"--faults {name} cannot run on the cluster at "
+                                     f"{self.external.bootstrap}: {why}")
         if self.mode == "rounds":
             if self.rounds < 1:
                 raise SetupError(f"--rounds must be at least 1, not {self.rounds}")
@@ -92,6 +99,13 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     # Every input is checked before anything slow starts (the cluster; Spark, if a history
     # is big enough to need it).
     kafka_version(opts.kafka_version)
+    if opts.external is not None:
+        # Connected first (one line and nothing created when it cannot be), since the
+        # plans are drawn for its brokers and the faults its commands can do.
+        opts.external.up()
+        opts.nodes = opts.external.n
+        if opts.faults is None:
+            opts.faults = ",".join(k for k in faults.SETS["node"] if not opts.external.cannot(k)) or "none"
     strategy = opts.strategy()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
     todo = draw_plans(strategy, opts.runs, seed)
@@ -100,17 +114,22 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     shape = (f"{opts.duration} s, {len(todo[0]['clients'])} clients" if opts.mode == "concurrent"
              else f"{opts.rounds} rounds")
     console.print(f"onceproof: {opts.workload} workload ({opts.mode}: {shape}), faults "
-                  f"{opts.faults}, seed {seed}, results in {root}")
+                  f"{opts.faults or 'mixed'}, seed {seed}, results in {root}")
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
-    with Cluster(root / "cluster", opts.nodes, opts.kafka_version, overrides=opts.broker
-                 ) as cluster, Progress(
+    with (opts.external or Cluster(root / "cluster", opts.nodes, opts.kafka_version,
+                                   overrides=opts.broker)) as cluster, Progress(
             TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
             console=console, transient=False) as progress:
-        console.print(f"cluster ready: Kafka {cluster.dist.version}, {cluster.n} nodes"
-                      + (f", broker settings {_settings(cluster.base)}" if cluster.base else ""))
+        if isinstance(cluster, ExternalCluster):
+            console.print(f"cluster ready: Kafka {cluster.version} at {cluster.bootstrap}, "
+                          f"{cluster.n} brokers; not injected: "
+                          + "; ".join(cluster.not_injected()))
+        else:
+            console.print(f"cluster ready: Kafka {cluster.version}, {cluster.n} nodes"
+                          + (f", broker settings {_settings(cluster.base)}" if cluster.base else ""))
         for i, plan in enumerate(todo):
             if opts.time_budget and time.monotonic() - started > opts.time_budget:
                 break
@@ -146,7 +165,7 @@ def _settings(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
 
 
-def _finish_folder(trial, cluster: Cluster) -> None:
+def _finish_folder(trial, cluster: AnyCluster) -> None:
     keep_logs(cluster, trial.folder)
 
 
@@ -193,5 +212,12 @@ def _summary(console: Console, trials, root: Path) -> None:
         # A run with nothing to judge decided nothing (checkers/verdict.py, missing_evidence).
         headline = ("UNKNOWN" if len(unknown) == len(trials)
                     else f"{headline}, {len(unknown)} of {len(trials)} runs UNKNOWN")
+    tested = trials[0].verdict.tested
+    if tested.get("external"):
+        from onceproof.checkers.verdict import describe_tested
+        injected = sum(t.verdict.tested.get("faults_injected", 0) for t in trials)
+        console.print(describe_tested({**tested, "faults_injected": injected}))
+        if not injected:
+            headline += " (fault-free: no fault was injected)"
     console.print(f"[bold]{headline}[/bold]: "
                   f"reports: " + ", ".join(str(t.folder / 'report.html') for t in trials))

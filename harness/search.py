@@ -21,7 +21,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 
 from onceproof.checkers.verdict import Verdict
-from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.external import AnyCluster
 from onceproof.trial import Counterexamples, Trial, run_trial
 from onceproof.workloads.plan import load, size
 from onceproof.workloads.suites import Suite
@@ -33,7 +33,7 @@ class Search:
     once the budget after the first failure or the deadline (a monotonic time) is spent.
     on_cut(examples run) is called whenever the deadline refuses a plan."""
 
-    def __init__(self, name: str, cluster: Cluster, artifacts: str | Path,
+    def __init__(self, name: str, cluster: AnyCluster, artifacts: str | Path,
                  spark_master: str | None = None, budget: float = 600.0,
                  deadline: float | None = None,
                  on_cut: Callable[[int], None] | None = None) -> None:
@@ -133,7 +133,7 @@ def shows(suite: Suite, trial: Trial) -> bool:
     return bool(trial.anomalies & suite.expect)
 
 
-def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: str | None = None,
+def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master: str | None = None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
          seed: int | None = None, deadline: float | None = None,
          mode: str = "rounds") -> HuntResult:
@@ -179,7 +179,7 @@ def hunt(suite: Suite, cluster: Cluster, artifacts: str | Path, spark_master: st
               else ", ".join(sorted(suite.expect)) or "(none: must pass)")
     return HuntResult(
         suite=suite.name, mode=mode, expect=expect, hunt=suite.is_hunt, found=shown,
-        kafka_version=cluster.dist.version if search.examples else "",
+        kafka_version=cluster.version if search.examples else "",
         known_good=suite.known_good, caught=caught, examples=search.examples,
         seconds_to_first=search.seconds_to_first,
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,

@@ -19,6 +19,7 @@ from onceproof.checkers import Verdict, check
 from onceproof.checkers.history import NEMESIS
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.external import AnyCluster
 from onceproof.run.execute import run
 from onceproof.workloads.faults import FAULTS, is_undo
 from onceproof.workloads.plan import save, size
@@ -42,7 +43,7 @@ class Trial:
         return self.folder / "history.jsonl"
 
 
-def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: str | None = None,
+def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master: str | None = None,
               on_progress: Callable[[float, float, str], None] | None = None) -> Trial:
     """Run plan on cluster, recording into folder, and check the history; Spark (at
     spark_master, default local) starts only if the history is big enough to need it."""
@@ -57,8 +58,10 @@ def run_trial(plan: dict, cluster: Cluster, folder: str | Path, spark_master: st
     # Converted once, here: the check, the evidence below and the report all read it.
     tables = convert(result["history"], folder / "history.parquet")
     verdict = check(tables, spark_master=spark_master)
+    seen = exercised(tables)
+    verdict.tested = {**cluster.described(), "faults_injected": seen["faults"]}
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
-    return Trial(plan, folder, verdict, time.monotonic() - started, exercised(tables))
+    return Trial(plan, folder, verdict, time.monotonic() - started, seen)
 
 
 def exercised(tables: Path) -> Counter[str]:
@@ -78,7 +81,9 @@ def exercised(tables: Path) -> Counter[str]:
     return +seen
 
 
-def keep_logs(cluster: Cluster, folder: Path) -> None:
+def keep_logs(cluster: AnyCluster, folder: Path) -> None:
+    if not isinstance(cluster, Cluster):
+        return  # the logs of a cluster the harness did not start are its owner's
     logs = folder / "logs"
     logs.mkdir(exist_ok=True)
     for node in cluster.topology.nodes:
@@ -98,7 +103,7 @@ class Counterexamples:
     def folder(self, name: str) -> Path:
         return self.root / name
 
-    def offer(self, name: str, trial: Trial, cluster: Cluster) -> bool:
+    def offer(self, name: str, trial: Trial, cluster: AnyCluster) -> bool:
         """Keep trial if it is the first or the smallest failure seen for name."""
         dest = self.folder(name)
         current = dest / "plan.json"

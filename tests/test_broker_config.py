@@ -51,7 +51,8 @@ def test_a_plan_runs_on_brokers_with_its_settings_then_the_next_gets_the_default
     assert status(cluster.root)["broker"] == recorded["broker"]
     admin = cluster.admin()
     # The new settings started the cluster over, so the run's topic is its only one.
-    [topic] = [t for t in admin.list_topics(timeout=10).topics if t.startswith("t-")]
+    [topic] = [t for t in admin.list_topics(timeout=10).topics
+               if t.startswith("onceproof-") and t.endswith("-t")]
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     entries = admin.describe_configs([resource])[resource].result(15)
     assert entries["max.message.bytes"].value == "500000"

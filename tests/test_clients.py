@@ -20,7 +20,7 @@ def txn_client(cluster, tmp_path, suffix: str, partitions: int, producer: dict |
     plan = {"topics": {"t": {"partitions": partitions}}, "steps": [],
             "producer": producer or {}, "clients": {"t0": {"role": "txn_producer"}}}
     with HistoryWriter(tmp_path / "history.jsonl") as writer:
-        ctx = clients.RunContext(writer, cluster.bootstrap, suffix, {"t": partitions})
+        ctx = clients.RunContext(writer, cluster.connection(), suffix, {"t": partitions})
         _create_topics(cluster, ctx, plan)
         yield clients.TxnProducer("t0", plan["clients"]["t0"], plan, ctx)
 
@@ -116,7 +116,7 @@ def test_a_new_consumer_records_where_it_starts_reading(cluster, tmp_path):
     plan = {"topics": {"t": {"partitions": 2}}, "steps": [],
             "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer", "group": "g"}}}
     with HistoryWriter(tmp_path / "history.jsonl") as writer:
-        ctx = clients.RunContext(writer, cluster.bootstrap, "start", {"t": 2})
+        ctx = clients.RunContext(writer, cluster.connection(), "start", {"t": 2})
         _create_topics(cluster, ctx, plan)
         producer = clients.PlainProducer("p0", plan["clients"]["p0"], plan, ctx)
         for _ in range(3):

@@ -259,7 +259,7 @@ def test_targets_resolve_to_the_nodes_kafka_names(cluster, tmp_path):
                      + [s for ref in refs for s in ({"fault": {"f": "latency", "ms": 1, "node": ref}},
                                                     {"fault": {"f": "heal"}})])
     summary = run(plan, cluster, tmp_path)
-    names = RunContext(None, cluster.bootstrap, summary["suffix"], {"t": 2})  # type: ignore[arg-type]
+    names = RunContext(None, cluster.connection(), summary["run_id"], {"t": 2})  # type: ignore[arg-type]
     fired = [e for e in read_events(tmp_path / "history.jsonl")
              if e["process"] == "nemesis" and e["f"] == "latency" and e["type"] != "invoke"]
     assert [e["type"] for e in fired] == ["ok"] * 3, fired

@@ -537,6 +537,11 @@ def problem(step) -> str | None:
     return FAULTS[step["f"]].problem(step)
 
 
+def kind_of(name: str) -> str:
+    """The registered kind a kind or preset name draws."""
+    return PRESETS[name].kind if name in PRESETS else name
+
+
 def node_ids(step: Step) -> set[int]:
     """The node ids a valid fault step names, so a run can check them against its cluster."""
     return FAULTS[step["f"]].node_ids(step)

@@ -72,6 +72,26 @@ def parse(pairs: tuple[str, ...] = (), file: str | Path | None = None) -> dict[s
     return settings
 
 
+def parse_client(pairs: tuple[str, ...] = (), file: str | Path | None = None) -> dict[str, str]:
+    """Client settings for a cluster the harness did not start (security.protocol, sasl.*,
+    ssl.*), from a properties file, then KEY=VALUE pairs (which win). Their values may be
+    secrets, so no error repeats one."""
+    settings: dict[str, str] = {}
+    if file is not None:
+        settings.update(_read_properties(Path(file)))
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError("--client-config: an argument is not KEY=VALUE (not shown: it "
+                                "may hold a secret); write each like security.protocol=SASL_SSL")
+        settings[key.strip()] = value.strip()
+    if "bootstrap.servers" in settings:
+        raise SettingsError("client config: give the servers with --bootstrap, not bootstrap.servers")
+    if (problem := settings_problem(settings)):
+        raise SettingsError(f"client config: {problem}")
+    return settings
+
+
 def _read_properties(path: Path) -> dict[str, str]:
     # Java's properties format as server.properties files use it: # and ! comments,
     # key=value, key: value or key value, and a trailing backslash continuing a line.

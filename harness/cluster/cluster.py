@@ -23,14 +23,13 @@ import socket
 import struct
 import subprocess
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException
 
 from onceproof.cluster import procs
+from onceproof.cluster.metadata import Metadata
 from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_toxiproxy
 from onceproof.cluster.topology import HOST, Topology
 from onceproof.cluster.toxi import Toxi, ToxiproxySilent
@@ -62,21 +61,7 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close", "limit_data"}
 
 
-def _java_hash(s: str) -> int:
-    """Java's String.hashCode: over UTF-16 code units, in 32-bit signed arithmetic."""
-    h = 0
-    units = s.encode("utf-16-be")
-    for i in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def _java_abs(n: int) -> int:
-    """Kafka's Utils.abs: the absolute value, and 0 for Integer.MIN_VALUE."""
-    return 0 if n == -(1 << 31) else abs(n)
-
-
-class Cluster:
+class Cluster(Metadata):
     def __init__(self, root: str | Path, nodes: int = 3, kafka_version: str | None = None,
                  owned: bool = True, overrides: dict | None = None):
         self.root = Path(root).resolve()
@@ -87,6 +72,7 @@ class Cluster:
         # for every run on this cluster, `overrides` the ones in force now (base and the
         # running plan's `broker`).
         self.base = dict(overrides or {})
+        self.client_config: dict = {}  # its listeners are plaintext: clients need nothing more
         self.overrides = dict(self.base)
         self._refused = False  # the last configure failed: the next one starts over
         # Set by up(); read through the properties below, which say so when it has not run.
@@ -250,10 +236,35 @@ class Cluster:
     def bootstrap(self) -> str:
         return self.topology.bootstrap()
 
-    def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                            "log_level": 3, "log.connection.close": False,
-                            "socket.connection.setup.timeout.ms": 5000})
+    @property
+    def version(self) -> str:
+        """The Kafka release the nodes run."""
+        return self.dist.version
+
+    @property
+    def probe_prefix(self) -> str:
+        return "__onceproof_ready_"
+
+    def described(self) -> dict:
+        """What a run on this cluster tested, for its history, verdict and report."""
+        return {"kafka_version": self.version, "nodes": self.nodes, "broker": self.overrides}
+
+    def cannot(self, kind: str) -> str | None:
+        """Why a fault kind cannot be injected here: every kind can."""
+        return None
+
+    def refuses(self, broker: dict) -> str | None:
+        """Why these broker settings cannot be had here: the harness sets any it may."""
+        return None
+
+    def take_commands(self) -> list[dict]:
+        """Fault commands run since the last call: the harness's own cluster runs none."""
+        return []
+
+    def clean_up(self, prefix: str) -> list[str]:
+        """What runs create stays: the cluster is the harness's own and thrown away whole."""
+        return []
+
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Ready: every node's JVM runs and answers on its own listener, every broker is
@@ -272,9 +283,9 @@ class Cluster:
                 if len(meta.brokers) == self.n:
                     if (lagging := self._nodes_not_answering()):
                         last = f"node(s) {lagging} do not answer requests yet"
-                    elif not self._probe_isr(admin):
+                    elif not self.probe_isr(admin):
                         last = "probe topic has not reached its full ISR"
-                    elif not self._probe_coordinators():
+                    elif not self.probe_coordinators():
                         last = "no group or transaction coordinator answers yet"
                     else:
                         return
@@ -308,81 +319,9 @@ class Cluster:
         return [node for node in self.topology.nodes
                 if not _answers_api_versions(self.topology.link("client", 0, node).listen)]
 
-    def _probe_isr(self, admin: AdminClient) -> bool:
-        topic = f"__onceproof_ready_{uuid.uuid4().hex[:8]}"
-        try:
-            admin.create_topics([NewTopic(topic, 1, self.n)])[topic].result(15)
-        except KafkaException:
-            return False
-        try:
-            for _ in range(40):
-                part = admin.list_topics(topic, timeout=5).topics[topic].partitions.get(0)
-                if part is not None and part.leader >= 0 and len(part.isrs) == self.n:
-                    return True
-                time.sleep(0.25)
-            return False
-        finally:
-            admin.delete_topics([topic])
-
-    def _probe_coordinators(self) -> bool:
-        # The first group and the first transactional id create __consumer_offsets and
-        # __transaction_state. Done here, so a plan's first seconds measure the plan and
-        # not the creation of internal topics (a 3 s poll at the start of a run on a
-        # fresh cluster otherwise times out before its group coordinator exists).
-        # A consumer's committed() and not the admin client's list_consumer_group_offsets:
-        # the latter crashes librdkafka (a NULL group handle) when the coordinator is not
-        # ready yet (librdkafka #5040), which is exactly when this runs.
-        probe = f"__onceproof_ready_{uuid.uuid4().hex[:8]}"
-        quiet = {"bootstrap.servers": self.bootstrap, "log_level": 0, "log.connection.close": False}
-        consumer = Consumer({**quiet, "group.id": probe})
-        try:
-            consumer.committed([TopicPartition(probe, 0)], timeout=15)
-            producer = Producer({**quiet, "transactional.id": probe})
-            producer.init_transactions(15)
-        except KafkaException:
-            return False
-        finally:
-            consumer.close()
-        return True
-
     @property
     def nodes(self) -> list[int]:
         return self.topology.nodes
-
-    def leader(self, topic: str, partition: int) -> int | None:
-        """The leader of a partition as a fresh client sees it now (None: none known).
-        A fresh client each time: mid-fault, any one broker's view may be stale or empty."""
-        part = self._partition(topic, partition)
-        return part.leader if part is not None and part.leader >= 0 else None
-
-    def followers(self, topic: str, partition: int) -> list[int]:
-        """The in-sync replicas of a partition other than its leader, as a fresh client
-        sees them now (empty: none known)."""
-        part = self._partition(topic, partition)
-        if part is None or part.leader < 0:
-            return []
-        return sorted(r for r in part.isrs if r != part.leader)
-
-    def _partition(self, topic: str, partition: int):
-        try:
-            return self.admin().list_topics(topic, timeout=5).topics[topic].partitions.get(partition)
-        except (KafkaException, KeyError):
-            return None
-
-    def coordinator(self, kind: str, key: str) -> int | None:
-        """The node coordinating a transactional id (kind "transaction") or a group
-        ("group") now: the leader of the internal partition the key hashes to, as the
-        broker computes it (abs of Java's String.hashCode, modulo the partition count),
-        so it is known before the client has asked, and while a fault hides it from
-        FindCoordinator. None when the internal topic or its leader is not known."""
-        topic = {"transaction": "__transaction_state", "group": "__consumer_offsets"}[kind]
-        try:
-            parts = self.admin().list_topics(topic, timeout=5).topics[topic].partitions
-        except (KafkaException, KeyError):
-            return None
-        if not parts:
-            return None
-        return self.leader(topic, _java_abs(_java_hash(key)) % len(parts))
 
     # ---- node primitives -------------------------------------------------------------
 
@@ -571,6 +510,9 @@ class Cluster:
             "ports": {n: {"client": p.client, "controller": p.controller, "repl": p.repl}
                       for n, p in self.topology.ports.items()},
             "faults": self.faults,
+            # How each node is started, so a script of the user's can start one by hand.
+            "start_commands": {n: self._java(n, "kafka.Kafka", str(self.node_dir(n) / "server.properties"))
+                               for n in self.topology.nodes} if self._dist else {},
         }
         tmp = self.root / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))

@@ -145,7 +145,16 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
                or _version_from_logs(folder / "logs"))
     if version:
         facts.append(("Kafka version", version))
-    if "broker" in had:
+    if had.get("external"):
+        # A cluster the harness did not start: where it was, and what could not be done.
+        facts.append(("cluster", f"brought by the user, at {had.get('bootstrap')}: "
+                                 + ", ".join(had.get("brokers") or [])))
+        if had.get("client_config"):
+            facts.append(("client settings", ", ".join(f"{k}={v}" for k, v in
+                                                       had["client_config"].items())))
+        facts.append(("fault commands", ", ".join(had.get("fault_commands") or []) or "none"))
+        facts.append(("not injected", "; ".join(had.get("not_injected") or []) or "nothing"))
+    if "broker" in had and not had.get("external"):
         facts.append(("broker settings", ", ".join(f"{k}={v}" for k, v in sorted(
             had["broker"].items())) or "the harness's defaults (docs/plans.md)"))
     nodes = state.get("nodes") or sorted(p.stem for p in (folder / "logs").glob("node*.log"))

@@ -38,28 +38,37 @@ COMMIT_ATTEMPTS = 3
 
 @dataclass
 class RunContext:
-    """What every client of one run shares: where to record, and how plan names map to
-    this run's fresh topics, groups and transactional ids."""
+    """What every client of one run shares: where to record, how to reach the cluster, and
+    how plan names map to this run's fresh topics, groups and transactional ids, each
+    under the run's own prefix (so a run on a shared cluster can be told apart, granted
+    prefixed ACLs, and cleaned up)."""
     writer: HistoryWriter
-    bootstrap: str
-    suffix: str
+    # bootstrap.servers and the cluster's client settings, which may hold secrets: used
+    # to connect, never recorded.
+    connection: dict = field(repr=False)
+    run_id: str
     partitions: dict[str, int]  # plan topic -> partition count
     clients: dict[str, dict] = field(default_factory=dict)  # the plan's clients
     _values: itertools.count = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def prefix(self) -> str:
+        """What every name this run creates starts with."""
+        return run_prefix(self.run_id)
+
     def topic(self, name: str) -> str:
-        return f"{name}-{self.suffix}"
+        return f"{self.prefix}{name}"
 
     def plan_topic(self, real: str) -> str:
-        return real[: -len(self.suffix) - 1]
+        return real[len(self.prefix):]
 
     def tid(self, client: str) -> str:
         """The transactional id of a client (every process of it)."""
-        return f"tx-{client}-{self.suffix}"
+        return f"{self.prefix}tx-{client}"
 
     def group(self, name: str) -> str:
-        return f"{name}-{self.suffix}"
+        return f"{self.prefix}{name}"
 
     def client_group(self, client: str) -> str:
         """The group a client reads in: its plan's `group`, else its own id."""
@@ -68,6 +77,10 @@ class RunContext:
     def value(self) -> int:
         with self._lock:
             return next(self._values)
+
+
+def run_prefix(run_id: str) -> str:
+    return f"onceproof-{run_id}-"
 
 
 class Client:
@@ -142,8 +155,7 @@ def _producer_config(ctx: RunContext, plan: dict, spec: dict, defaults: dict | N
     id) over both."""
     from onceproof.workloads.plan import DEFAULT_PRODUCER
     return {**DEFAULT_PRODUCER, **(defaults or {}), **plan.get("producer", {}),
-            **spec.get("config", {}), **(fixed or {}), "bootstrap.servers": ctx.bootstrap,
-            **QUIET}
+            **spec.get("config", {}), **(fixed or {}), **ctx.connection, **QUIET}
 
 
 def timed(value: dict, seconds: float) -> dict:
@@ -394,7 +406,7 @@ class TopicConsumer(Client):
         self.group = self.ctx.group(self.spec.get("group", self.cid))
         config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
         self.isolation = config["isolation.level"]
-        self.consumer = Consumer({**config, "bootstrap.servers": self.ctx.bootstrap,
+        self.consumer = Consumer({**config, **self.ctx.connection,
                                   "group.id": self.group, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", **QUIET})
         self.tps = [TopicPartition(self.ctx.topic(self.topic), p)

@@ -14,8 +14,9 @@ A run has three phases:
    are fetched as a read_committed consumer fetches them (stable offsets only), so a
    group whose offsets can no longer be read is seen.
 
-Each run uses fresh topics, consumer groups and transactional ids (a per-run suffix), so
-runs on a reused cluster do not see each other.
+Each run uses fresh topics, consumer groups and transactional ids under a per-run prefix
+(`onceproof-<run id>-`), so runs on a reused cluster do not see each other; on a cluster
+the harness did not start, what the run created is deleted at its end (cluster/external.py).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicParti
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
 from onceproof.checkers.history import CLUSTER, HistoryWriter
-from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.external import AnyCluster, CommandFailed
 from onceproof.errors import SetupError
 from onceproof.run import load, rounds
 from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunContext, TopicConsumer
@@ -49,7 +50,7 @@ FINAL_OFFSETS_TIMEOUT = 60.0
 Progress = Callable[[float, float, str], None]  # (done, total, what is happening)
 
 
-def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress | None = None,
+def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progress | None = None,
         writer: HistoryWriter | None = None) -> dict:
     """Execute plan on cluster, writing out_dir/history.jsonl (or to `writer`, for a
     benchmark's null recorder). Returns a summary: ops started, processes replaced."""
@@ -57,22 +58,22 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
     _fits(plan, cluster)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = uuid.uuid4().hex[:8]
+    run_id = uuid.uuid4().hex[:8]
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
+    left: list[str] = []
     with writer or HistoryWriter(out / "history.jsonl") as writer:
-        ctx = RunContext(writer, cluster.bootstrap, suffix, partitions, plan["clients"])
+        ctx = RunContext(writer, cluster.connection(), run_id, partitions, plan["clients"])
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
         cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
-        writer.fault(CLUSTER, {"kafka_version": cluster.dist.version, "nodes": cluster.nodes,
-                                 "broker": cluster.overrides})
-        _create_topics(cluster, ctx, plan)
+        writer.fault(CLUSTER, cluster.described())
         try:
-            fleet = Fleet(plan, ctx)
-        except KafkaException as exc:
-            raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
-        try:
+            _create_topics(cluster, ctx, plan)
+            try:
+                fleet = Fleet(plan, ctx)
+            except KafkaException as exc:
+                raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
             driver = load if concurrent(plan) else rounds
             summary = driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
                                    on_progress)
@@ -84,19 +85,23 @@ def run(plan: dict, cluster: Cluster, out_dir: str | Path, on_progress: Progress
             _final_offsets(ctx, plan)
         finally:
             cluster.on_event = None
-            # Whatever happened, the next run gets a healthy cluster.
+            # Whatever happened, the next run gets a healthy cluster, and a cluster that
+            # is not ours gets back what the run created (Ctrl-C included).
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()
-    return {"history": str(out / "history.jsonl"), "suffix": suffix,
-            "faults": len(fault_steps(plan)), **summary}
+            left = cluster.clean_up(ctx.prefix)
+    return {"history": str(out / "history.jsonl"), "run_id": run_id, "prefix": ctx.prefix,
+            "left": left, "faults": len(fault_steps(plan)), **summary}
 
 
-def _fits(plan: dict, cluster: Cluster) -> None:
+def _fits(plan: dict, cluster: AnyCluster) -> None:
     for name, spec in plan["topics"].items():
         if spec.get("replicas", 1) > cluster.n:
             raise PlanError(f"plan topics.{name}.replicas is {spec['replicas']}, but the "
                             f"cluster has {cluster.n} nodes; use at most {cluster.n}")
     for i, step in enumerate(fault_steps(plan)):
+        if (why := cluster.cannot(step["f"])):
+            raise PlanError(f"plan fault {i + 1} ({step['f']}) cannot run on this cluster: {why}")
         missing = faults.node_ids(step) - set(cluster.nodes)
         if missing:
             raise PlanError(f"plan fault {i + 1} ({step['f']}) names node "
@@ -105,7 +110,7 @@ def _fits(plan: dict, cluster: Cluster) -> None:
                             f"({', '.join(faults.TARGETS)})")
 
 
-def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
+def _create_topics(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
     admin = cluster.admin()
     new = [NewTopic(ctx.topic(name), spec["partitions"], spec.get("replicas", min(3, cluster.n)),
                     config={k: setting_text(v) for k, v in spec.get("config", {}).items()})
@@ -126,21 +131,30 @@ def _create_topics(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
     raise SetupError("new topics got no leaders within 60s; see the node logs")
 
 
-def apply_fault(cluster: Cluster, ctx: RunContext, step: dict) -> None:
+def apply_fault(cluster: AnyCluster, ctx: RunContext, step: dict) -> None:
     """Fire a fault step as an op of the nemesis; its ok value is the step as resolved."""
     h = ctx.writer.invoke("nemesis", step["f"], step)
     try:
         resolved = faults.apply(faults.Scene(cluster, list(ctx.partitions), ctx), step)
     except faults.NoTarget as exc:
-        ctx.writer.fail(h, str(exc))
+        ctx.writer.fail(h, str(exc), _ran(cluster))
+    except CommandFailed as exc:
+        # The user's command failed: whether the fault happened is unknown.
+        ctx.writer.info(h, str(exc), _ran(cluster))
     except SetupError as exc:
-        ctx.writer.info(h, str(exc))
+        ctx.writer.info(h, str(exc), _ran(cluster))
         raise
     else:
-        ctx.writer.ok(h, resolved)
+        ctx.writer.ok(h, {**resolved, **_ran(cluster)})
 
 
-def _offsets(cluster: Cluster, tps: list[TopicPartition], isolation) -> dict:
+def _ran(cluster: AnyCluster) -> dict:
+    """The fault commands a step ran (a cluster the harness did not start), for its op."""
+    ran = cluster.take_commands()
+    return {"commands": ran} if ran else {}
+
+
+def _offsets(cluster: AnyCluster, tps: list[TopicPartition], isolation) -> dict:
     """The latest offset of each partition under `isolation`; a partition no leader
     answers for maps to None."""
     admin = cluster.admin()
@@ -159,7 +173,7 @@ def _all_tps(ctx: RunContext) -> list[TopicPartition]:
     return [TopicPartition(ctx.topic(t), p) for t, n in ctx.partitions.items() for p in range(n)]
 
 
-def _settle(cluster: Cluster, ctx: RunContext) -> None:
+def _settle(cluster: AnyCluster, ctx: RunContext) -> None:
     apply_fault(cluster, ctx, {"f": "heal", "all": True})
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while time.monotonic() < deadline:
@@ -190,7 +204,7 @@ def _watermarks(consumer, tp: TopicPartition, deadline: float) -> tuple[int, int
             time.sleep(1)
 
 
-def _final_reads(cluster: Cluster, ctx: RunContext, plan: dict) -> None:
+def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
     """Read every partition of every topic from the beginning up to its high watermark,
     then record the watermarks as the brokers report them: lso < high after settling
     means a transaction is still open."""
@@ -256,7 +270,7 @@ def _final_offsets(ctx: RunContext, plan: dict) -> None:
         tps = [TopicPartition(ctx.topic(t), p) for t in sorted(topics)
                for p in range(ctx.partitions[t])]
         asked = [{"topic": ctx.plan_topic(tp.topic), "partition": tp.partition} for tp in tps]
-        consumer = Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": group,
+        consumer = Consumer({**ctx.connection, "group.id": group,
                              "isolation.level": "read_committed", "enable.auto.commit": False,
                              **QUIET})
         h = ctx.writer.invoke("final", "fetch_offsets", {"group": group, "partitions": asked,

@@ -1,0 +1,213 @@
+"""Bring your own cluster (--bootstrap): the harness runs against a cluster it did not start,
+with the user's client settings (never written anywhere) and the user's commands for node
+faults, and deletes what it created.
+
+The cluster tests start the harness's own cluster and then treat it as a stranger's: the
+runs reach it only through its bootstrap address, and kill and start its nodes with
+shell commands, as a user's scripts would (tests/support/node_ctl.py knows the cluster only
+from its state file).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from onceproof.checkers.verdict import Verdict, describe_tested
+from onceproof.cluster.cluster import Cluster
+from onceproof.cluster.external import ExternalCluster, parse_commands
+from onceproof.errors import SetupError
+from onceproof.search import hunt
+from onceproof.workloads.settings import SettingsError, parse_client
+from onceproof.workloads.suites import SUITES, Suite
+
+SCRIPT = Path(sys.executable).parent / "onceproof"
+NODE_CTL = Path(__file__).parent / "support" / "node_ctl.py"
+SECRET = "pw-7f3a91c0e5"
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    # Wide, so that rich does not wrap the lines asserted on.
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env={**os.environ, "COLUMNS": "400"})
+
+
+# ---- input, checked before anything starts -------------------------------------------------
+
+def test_fault_command_templates_are_checked_one_line_each():
+    assert parse_commands(["kill=ssh {host} kill -9 $(pgrep -f node{node})"]) == {
+        "kill": "ssh {host} kill -9 $(pgrep -f node{node})"}
+    for bad, says in [("kill=ssh {hostname} x", "unknown placeholder {hostname}"),
+                      ("reboot=ssh {host} reboot", "no fault command"),
+                      ("kill", "must be KIND=COMMAND"),
+                      ("kill=echo {node", "literal braces")]:
+        with pytest.raises(SetupError, match=says) as err:
+            parse_commands([bad])
+        assert "\n" not in str(err.value)
+
+
+def test_client_settings_refuse_bootstrap_servers_and_never_repeat_a_value():
+    assert parse_client(("security.protocol=SASL_SSL", f"sasl.password={SECRET}")) == {
+        "security.protocol": "SASL_SSL", "sasl.password": SECRET}
+    with pytest.raises(SettingsError, match="--bootstrap"):
+        parse_client(("bootstrap.servers=a:1",))
+    with pytest.raises(SettingsError) as err:
+        parse_client((f"Sasl.Password{SECRET}",))
+    assert SECRET not in str(err.value)
+
+
+def test_what_cannot_be_injected_is_named_and_the_client_secrets_are_not():
+    bare = ExternalCluster("127.0.0.1:1", {"security.protocol": "SASL_SSL", "sasl.password": SECRET})
+    assert "proxies" in bare.cannot("isolate")
+    assert bare.cannot("heal") is None  # settling heals: nothing of ours to heal
+    assert "kill=" in bare.cannot("kill") and "start=" in bare.cannot("kill")
+    armed = ExternalCluster("127.0.0.1:1", commands=parse_commands(["kill=k {node}", "start=s {node}"]))
+    assert armed.cannot("kill") is None
+    assert "stop=" in armed.cannot("restart") and armed.cannot("wipe")
+    described = bare.described()
+    assert SECRET not in json.dumps(described)
+    assert described["client_config"] == {"sasl.password": "(set)", "security.protocol": "SASL_SSL"}
+    assert any("network" in n for n in described["not_injected"])
+
+
+def test_suites_that_need_what_the_cluster_lacks_are_left_out_or_narrowed():
+    cluster = ExternalCluster("127.0.0.1:1", commands=parse_commands(["kill=k", "start=s"]))
+    suite, why = SUITES["acks1_leader_loss"].on(cluster)  # a network fault
+    assert suite is None and "partition_leader" in why
+    suite, why = SUITES["unclean_leader_election"].on(cluster)  # broker settings
+    assert suite is None and "broker settings" in why
+    suite, why = SUITES["acks1_leader_kill"].on(cluster)
+    assert suite is SUITES["acks1_leader_kill"] and not why
+    narrowed, why = SUITES["correct_pipeline"].on(cluster)
+    assert narrowed is not None and set(narrowed.faults) == {"kill"} and "isolate" in why
+
+
+def test_a_run_on_a_cluster_you_brought_without_faults_says_it_was_fault_free():
+    tested = {"external": True, "kafka_version": "3.9.x", "bootstrap": "b:9092",
+              "brokers": ["1@b:9092"], "not_injected": ["network faults"], "faults_injected": 0}
+    v = Verdict(valid=True, tested=tested)
+    assert v.headline == "VALID (fault-free: no fault was injected)"
+    assert "not injected: network faults" in v.summary()
+    assert Verdict.from_dict(json.loads(json.dumps(v.to_dict()))).tested == tested
+    assert Verdict(valid=True, tested={**tested, "faults_injected": 2}).headline == "VALID"
+    assert "1 brokers" in describe_tested(tested)
+
+
+def test_options_of_a_cluster_you_bring_need_bootstrap(tmp_path):
+    done = _cli("run", "--client-config", "security.protocol=SSL", "--out", str(tmp_path))
+    assert done.returncode == 2 and "add --bootstrap" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_bootstrap_is_one_line_and_starts_nothing(tmp_path):
+    done = _cli("run", "--bootstrap", "127.0.0.1:1", "--client-config",
+                f"sasl.password={SECRET}", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "cannot reach the cluster at 127.0.0.1:1" in line and SECRET not in line
+    assert not (tmp_path / "out").exists()
+
+
+# ---- against a real cluster, through the user's commands -----------------------------------
+
+@pytest.fixture(scope="module")
+def stranger(tmp_path_factory):
+    """A cluster of the harness's own, reached from here on only as a user would reach
+    theirs, and its nodes killed and started by shell commands."""
+    root = tmp_path_factory.mktemp("stranger")
+    with Cluster(root, 3) as cluster:
+        commands = [
+            # [k]: the pattern must not match the shell that runs pkill.
+            f"kill=pkill -KILL -f '[k]afka.Kafka {root}/node{{node}}/server.properties'",
+            f"start={sys.executable} {NODE_CTL} start {root} {{node}}",
+        ]
+        try:
+            yield cluster, commands
+        finally:
+            subprocess.run([sys.executable, str(NODE_CTL), "stop-all", str(root)], check=False)
+
+
+
+def _created(cluster: Cluster) -> list[str]:
+    """Topics and groups a run may have left, by the harness's run prefix."""
+    admin = cluster.admin()
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith("onceproof-")]
+    groups = [g.group_id for g in admin.list_consumer_groups().result(15).valid
+              if g.group_id.startswith("onceproof-")]
+    return topics + groups
+
+
+@pytest.mark.cluster
+def test_acks1_leader_loss_is_found_through_the_users_kill_and_start_commands(
+        stranger, tmp_path):
+    cluster, commands = stranger
+    bootstrap = cluster.bootstrap.split(",")[0]
+    external = ExternalCluster(bootstrap, {"sasl.username": "onceproof",
+                                           "sasl.password": SECRET}, parse_commands(commands))
+    with external.up() as theirs:
+        assert theirs.nodes == cluster.nodes
+        result = hunt(SUITES["acks1_leader_kill"], theirs, tmp_path, max_examples=6, budget=30,
+                      replays=1, seed=0, mode="concurrent")
+    assert result.caught, f"no lost write through kill commands in {result.examples} plans"
+    assert result.exercised["faults"] and result.exercised["acknowledged_writes"]
+    folder = Path(result.counterexample)
+    fired = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    kills = [e for e in fired if e["process"] == "nemesis" and e["f"] == "kill" and e["type"] == "ok"]
+    assert kills and all(c["exit"] == 0 and "pkill" in c["run"] for k in kills
+                         for c in k["value"]["commands"])
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert verdict["tested"]["external"] and verdict["tested"]["bootstrap"] == bootstrap
+    assert verdict["tested"]["kafka_version"].startswith(cluster.version.rsplit(".", 1)[0])
+    # The client settings reached the clients, and none of their values anything written.
+    leaked = [str(p) for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked
+    assert not _created(cluster)
+
+
+@pytest.mark.cluster
+def test_the_correct_producers_stay_valid_under_the_same_kills(stranger, tmp_path):
+    cluster, commands = stranger
+    correct = Suite("correct_producers_kill", "idempotent acks=all producers under kills",
+                    frozenset(), "producers", config={"topics": {"t": {"partitions": 1}}},
+                    faults=("kill_leader",), shapes=("concurrent",))
+    with ExternalCluster(cluster.bootstrap, commands=parse_commands(commands)).up() as theirs:
+        result = hunt(correct, theirs, tmp_path, max_examples=2, budget=30, replays=0, seed=0,
+                      mode="concurrent")
+    assert result.caught, f"the correct producers failed: see {result.counterexample}"
+    # Passing means something only if kills landed while writes were acknowledged.
+    assert result.exercised["faults"] and result.exercised["acknowledged_writes"]
+    assert not _created(cluster)
+
+
+@pytest.mark.cluster
+def test_a_network_fault_asked_of_your_cluster_is_refused_before_anything_is_created(
+        stranger, tmp_path):
+    cluster, _ = stranger
+    before = _created(cluster)
+    done = _cli("run", "--bootstrap", cluster.bootstrap, "--faults", "isolate", "--duration", "5",
+                "--out", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "isolate" in line and "proxies" in line
+    assert _created(cluster) == before
+
+
+@pytest.mark.cluster
+def test_the_job_on_your_cluster_names_what_it_tested(stranger, tmp_path):
+    cluster, commands = stranger
+    done = _cli("run", "--bootstrap", cluster.bootstrap, "--workload", "producers",
+                "--duration", "10", "--out", str(tmp_path), "--client-config",
+                f"sasl.password={SECRET}", *[a for c in commands for a in ("--fault-command", c)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"at {cluster.bootstrap}" in done.stdout and "not injected: network faults" in done.stdout
+    [report] = tmp_path.rglob("report.html")
+    page = report.read_text()
+    assert "brought by the user" in page and "not injected" in page
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not _created(cluster)
+    shutil.rmtree(tmp_path, ignore_errors=True)
