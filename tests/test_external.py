@@ -211,3 +211,34 @@ def test_the_job_on_your_cluster_names_what_it_tested(stranger, tmp_path):
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not _created(cluster)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.cluster
+def test_ctrl_c_on_your_cluster_still_deletes_what_the_run_created(stranger, tmp_path):
+    import signal
+    import time
+    cluster, _ = stranger
+    proc = subprocess.Popen([str(SCRIPT), "run", "--bootstrap", cluster.bootstrap, "--workload",
+                             "producers", "--duration", "300", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _created(cluster) and proc.poll() is None:
+        time.sleep(0.5)
+    assert _created(cluster), f"the run never created its topics: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    assert proc.returncode == 130, proc.stderr.read()
+    assert not _created(cluster)
+
+
+@pytest.mark.cluster
+def test_keep_leaves_what_the_run_created_under_its_prefix(stranger, tmp_path):
+    cluster, _ = stranger
+    done = _cli("run", "--bootstrap", cluster.bootstrap, "--workload", "producers",
+                "--duration", "3", "--keep", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = _created(cluster)
+    assert kept and len({name.split("-")[1] for name in kept}) == 1  # one run's prefix
+    external = ExternalCluster(cluster.bootstrap).up()
+    assert external.clean_up("onceproof-") == [] and not _created(cluster)

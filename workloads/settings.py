@@ -57,15 +57,8 @@ def settings_problem(settings, broker: bool = False) -> str | None:
 def parse(pairs: tuple[str, ...] = (), file: str | Path | None = None) -> dict[str, str]:
     """Broker settings from a properties file, then KEY=VALUE pairs (which win), checked:
     a SettingsError names what is wrong and what to do."""
-    settings: dict[str, str] = {}
-    if file is not None:
-        settings.update(_read_properties(Path(file)))
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SettingsError(f"--broker-config {pair!r}: write it as KEY=VALUE, like "
-                             f"min.insync.replicas=2")
-        settings[key.strip()] = value.strip()
+    settings = _gather(pairs, file, lambda pair: f"--broker-config {pair!r}: write it as "
+                                                 "KEY=VALUE, like min.insync.replicas=2")
     if (problem := settings_problem(settings, broker=True)):
         where = f" (from {file} and --broker-config)" if file is not None else ""
         raise SettingsError(f"broker config{where}: {problem}")
@@ -76,19 +69,27 @@ def parse_client(pairs: tuple[str, ...] = (), file: str | Path | None = None) ->
     """Client settings for a cluster the harness did not start (security.protocol, sasl.*,
     ssl.*), from a properties file, then KEY=VALUE pairs (which win). Their values may be
     secrets, so no error repeats one."""
+    settings = _gather(pairs, file, lambda pair: "--client-config: an argument is not "
+                       "KEY=VALUE (not shown: it may hold a secret); write each like "
+                       "security.protocol=SASL_SSL")
+    if "bootstrap.servers" in settings:
+        raise SettingsError("client config: give the servers with --bootstrap, not bootstrap.servers")
+    if (problem := settings_problem(settings)):
+        raise SettingsError(f"client config: {problem}")
+    return settings
+
+
+def _gather(pairs: tuple[str, ...], file: str | Path | None, bad_pair) -> dict[str, str]:
+    """A properties file's settings, then KEY=VALUE pairs over them; bad_pair(pair) is
+    the error for a pair that is not KEY=VALUE."""
     settings: dict[str, str] = {}
     if file is not None:
         settings.update(_read_properties(Path(file)))
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SettingsError("--client-config: an argument is not KEY=VALUE (not shown: it "
-                                "may hold a secret); write each like security.protocol=SASL_SSL")
+            raise SettingsError(bad_pair(pair))
         settings[key.strip()] = value.strip()
-    if "bootstrap.servers" in settings:
-        raise SettingsError("client config: give the servers with --bootstrap, not bootstrap.servers")
-    if (problem := settings_problem(settings)):
-        raise SettingsError(f"client config: {problem}")
     return settings
 
 

@@ -114,6 +114,12 @@ def _lagging_leader_lost(name: str, why: str, broker: dict, leader_fault: str) -
                  shapes=("rounds",))
 
 
+# acks=1 without retries, on one partition, so every write goes to the leader the fault
+# takes away.
+_ACKS1 = {"topics": {"t": {"partitions": 1}},
+          "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
+                       "message.timeout.ms": 5000}}
+
 SUITES = {s.name: s for s in [
     Suite("non_idempotent_retries",
           "a producer without idempotence retries a write whose ack was slow, and the "
@@ -143,21 +149,15 @@ SUITES = {s.name: s for s in [
           "acks=1 acknowledges a write only the leader has; a partition takes the leader "
           "away and the write is truncated when it rejoins",
           frozenset({"lost_write", "unseen"}), "producers",
-          # One partition, so every write goes to the leader that the fault isolates.
-          config={"topics": {"t": {"partitions": 1}},
-                  "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
-                               "message.timeout.ms": 5000}},
-          faults=("partition_leader",), fault_percent=60),
+          config=_ACKS1, faults=("partition_leader",), fault_percent=60),
     Suite("acks1_leader_kill",
           "acks=1 acknowledges a write only the leader has; the leader is killed (SIGKILL) "
           "before its followers fetched it, a follower takes over without it, and the old "
           "leader truncates it when it comes back",
           frozenset({"lost_write", "unseen"}), "producers",
-          # The acks1_leader_loss clients under a node fault only, so a cluster the harness
-          # did not start finds it through the user's kill and start commands.
-          config={"topics": {"t": {"partitions": 1}},
-                  "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
-                               "message.timeout.ms": 5000}},
+          # A node fault only, so a cluster the harness did not start finds it through
+          # the user's kill and start commands.
+          config=_ACKS1,
           # Concurrent plans only: a kill loses what the followers have not fetched yet,
           # which is milliseconds of writes; lock-step rounds have none in flight then
           # (0 of 8 rounds plans caught it, 4 concurrent plans did).

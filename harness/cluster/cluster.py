@@ -283,10 +283,8 @@ class Cluster(Metadata):
                 if len(meta.brokers) == self.n:
                     if (lagging := self._nodes_not_answering()):
                         last = f"node(s) {lagging} do not answer requests yet"
-                    elif not self.probe_isr(admin):
-                        last = "probe topic has not reached its full ISR"
-                    elif not self.probe_coordinators():
-                        last = "no group or transaction coordinator answers yet"
+                    elif (missing := self.probes_fail(admin)):
+                        last = missing
                     else:
                         return
                 else:

@@ -208,10 +208,8 @@ class ExternalCluster(Metadata):
                 seen = set(admin.list_topics(timeout=5).brokers)
                 if not set(self.brokers) <= seen:
                     last = f"broker(s) {sorted(set(self.brokers) - seen)} not registered"
-                elif not self.probe_isr(admin):
-                    last = "probe topic has not reached its full ISR"
-                elif not self.probe_coordinators():
-                    last = "no group or transaction coordinator answers yet"
+                elif (missing := self.probes_fail(admin)):
+                    last = missing
                 else:
                     return
             except KafkaException as exc:
@@ -251,23 +249,27 @@ class ExternalCluster(Metadata):
         if node not in self.brokers:
             raise SetupError(f"no node {node}: the cluster's brokers are {self.nodes}")
 
-    def kill(self, node: int) -> None:
+    def _take_down(self, kind: str, node: int) -> None:
         self._check(node)
-        self.down_nodes.add(node)  # whatever the command said, it may be down now
+        self.down_nodes.add(node)  # whatever the command says, the node may be down now
         self.paused.discard(node)
-        self._run("kill", node)
+        self._run(kind, node)
+
+    def _bring_back(self, kind: str, node: int, state: set[int]) -> None:
+        """Undo a node's state by the command `kind`, if this harness put it there."""
+        self._check(node)
+        if node in state:
+            self._run(kind, node)
+            state.discard(node)
+
+    def kill(self, node: int) -> None:
+        self._take_down("kill", node)
 
     def stop(self, node: int) -> None:
-        self._check(node)
-        self.down_nodes.add(node)
-        self.paused.discard(node)
-        self._run("stop", node)
+        self._take_down("stop", node)
 
     def start(self, node: int) -> None:
-        self._check(node)
-        if node in self.down_nodes:
-            self._run("start", node)
-            self.down_nodes.discard(node)
+        self._bring_back("start", node, self.down_nodes)
 
     def restart(self, node: int) -> None:
         self.stop(node)
@@ -279,10 +281,7 @@ class ExternalCluster(Metadata):
         self._run("pause", node)
 
     def resume(self, node: int) -> None:
-        self._check(node)
-        if node in self.paused:
-            self._run("resume", node)
-            self.paused.discard(node)
+        self._bring_back("resume", node, self.paused)
 
     def wipe(self, node: int) -> None:
         raise SetupError(self.cannot("wipe") or "wipe is not offered")

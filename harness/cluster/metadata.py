@@ -86,6 +86,15 @@ class Metadata:
     def _probe_name(self) -> str:
         return f"{self.probe_prefix}{uuid.uuid4().hex[:8]}"
 
+    def probes_fail(self, admin: AdminClient) -> str | None:
+        """What the readiness probes found missing (None: nothing): a replicated topic's
+        full ISR, then a group and a transaction coordinator."""
+        if not self.probe_isr(admin):
+            return "probe topic has not reached its full ISR"
+        if not self.probe_coordinators():
+            return "no group or transaction coordinator answers yet"
+        return None
+
     def probe_isr(self, admin: AdminClient) -> bool:
         """A fresh topic replicated to every node (at most 3) reaches its full ISR."""
         topic = self._probe_name()
