@@ -54,7 +54,7 @@ class JobOptions:
         kinds = fault_kinds(self.faults or "mixed")
         if self.external is not None:
             for name in kinds:
-                if (why := self.external.cannot(faults.kind_of(name))):
+                if (why := faults.cannot(faults.kind_of(name), self.external)):
                     raise SetupError(f"--faults {name} cannot run on the cluster at "
                                      f"{self.external.bootstrap}: {why}")
         if self.mode == "rounds":
@@ -105,7 +105,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
         opts.external.up()
         opts.nodes = opts.external.n
         if opts.faults is None:
-            opts.faults = ",".join(k for k in faults.SETS["node"] if not opts.external.cannot(k)) or "none"
+            opts.faults = ",".join(k for k in faults.SETS["node"]
+                                   if not faults.cannot(k, opts.external)) or "none"
     strategy = opts.strategy()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
     todo = draw_plans(strategy, opts.runs, seed)
@@ -126,7 +127,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
         if isinstance(cluster, ExternalCluster):
             console.print(f"cluster ready: Kafka {cluster.version} at {cluster.bootstrap}, "
                           f"{cluster.n} brokers; not injected: "
-                          + "; ".join(cluster.not_injected()))
+                          + "; ".join(faults.not_injected(cluster)))
         else:
             console.print(f"cluster ready: Kafka {cluster.version}, {cluster.n} nodes"
                           + (f", broker settings {_settings(cluster.base)}" if cluster.base else ""))

@@ -20,7 +20,7 @@ from onceproof.checkers.history import NEMESIS
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import AnyCluster
-from onceproof.run.execute import run
+from onceproof.run.execute import run, under_test
 from onceproof.workloads.faults import FAULTS, is_undo
 from onceproof.workloads.plan import save, size
 
@@ -59,7 +59,7 @@ def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master:
     tables = convert(result["history"], folder / "history.parquet")
     verdict = check(tables, spark_master=spark_master)
     seen = exercised(tables)
-    verdict.tested = {**cluster.described(), "faults_injected": seen["faults"]}
+    verdict.tested = {**under_test(cluster), "faults_injected": seen["faults"]}
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
     return Trial(plan, folder, verdict, time.monotonic() - started, seen)
 

@@ -22,7 +22,9 @@ from onceproof.checkers.verdict import Verdict, describe_tested
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import ExternalCluster, parse_commands
 from onceproof.errors import SetupError
+from onceproof.run.execute import under_test
 from onceproof.search import hunt
+from onceproof.workloads.faults import cannot, not_injected
 from onceproof.workloads.settings import SettingsError, parse_client
 from onceproof.workloads.suites import SUITES, Suite
 
@@ -63,16 +65,21 @@ def test_client_settings_refuse_bootstrap_servers_and_never_repeat_a_value():
 
 def test_what_cannot_be_injected_is_named_and_the_client_secrets_are_not():
     bare = ExternalCluster("127.0.0.1:1", {"security.protocol": "SASL_SSL", "sasl.password": SECRET})
-    assert "proxies" in bare.cannot("isolate")
-    assert bare.cannot("heal") is None  # settling heals: nothing of ours to heal
-    assert "kill=" in bare.cannot("kill") and "start=" in bare.cannot("kill")
+    assert "proxies" in cannot("isolate", bare)
+    assert cannot("heal", bare) is None  # settling heals: nothing of ours to heal
+    assert "kill=" in cannot("kill", bare) and "start=" in cannot("kill", bare)
     armed = ExternalCluster("127.0.0.1:1", commands=parse_commands(["kill=k {node}", "start=s {node}"]))
-    assert armed.cannot("kill") is None
-    assert "stop=" in armed.cannot("restart") and armed.cannot("wipe")
-    described = bare.described()
+    assert cannot("kill", armed) is None
+    assert "stop=" in cannot("restart", armed) and cannot("wipe", armed)
+    described = under_test(bare)
     assert SECRET not in json.dumps(described)
     assert described["client_config"] == {"sasl.password": "(set)", "security.protocol": "SASL_SSL"}
     assert any("network" in n for n in described["not_injected"])
+    assert not_injected(armed) == [
+        "network faults (network faults need the harness's own proxies)",
+        "pause (no --fault-command pause=...; no --fault-command resume=...)",
+        "restart (no --fault-command stop=...)", "stop (no --fault-command stop=...)",
+        "wipe (deleting a broker's disk is not offered for a cluster the harness did not start)"]
 
 
 def test_suites_that_need_what_the_cluster_lacks_are_left_out_or_narrowed():
@@ -224,7 +231,9 @@ def test_ctrl_c_on_your_cluster_still_deletes_what_the_run_created(stranger, tmp
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _created(cluster) and proc.poll() is None:
         time.sleep(0.5)
-    assert _created(cluster), f"the run never created its topics: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+    if proc.poll() is not None:
+        raise AssertionError(f"the run ended before Ctrl-C: {proc.stderr.read()}")
+    assert _created(cluster), "the run never created its topics"
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     proc.wait(120)

@@ -537,6 +537,29 @@ def problem(step) -> str | None:
     return FAULTS[step["f"]].problem(step)
 
 
+def cannot(kind: str, cluster) -> str | None:
+    """Why `cluster` cannot inject a fault kind with its undo, or None: its `lacks`
+    names a primitive it cannot do (`links`: any network one). heal can always run,
+    since with no link broken there is nothing to heal."""
+    fault = FAULTS[kind]
+    if kind == "heal":
+        return None
+    if fault.family == "network":
+        return cluster.lacks("links")
+    undo = [fault.undo({"f": kind, "node": 1})["f"]] if fault.undo else []
+    whys = [why for k in (kind, *undo) if (why := cluster.lacks(k))]
+    return "; ".join(dict.fromkeys(whys)) or None
+
+
+def not_injected(cluster) -> list[str]:
+    """The faults `cluster` cannot inject, and why: `network faults (why)`, then each node
+    kind (`kill (why)`), the undos left out."""
+    network = cannot("isolate", cluster)
+    node = [f"{f.name} ({why})" for f in _DEFINITIONS if f.family == "node"
+            and f.window != "undo" and (why := cannot(f.name, cluster))]
+    return ([f"network faults ({network})"] if network else []) + node
+
+
 def kind_of(name: str) -> str:
     """The registered kind a kind or preset name draws."""
     return PRESETS[name].kind if name in PRESETS else name

@@ -72,10 +72,10 @@ class Suite:
         when it cannot. On a cluster the harness did not start, a suite that needs broker
         settings, or a fault the cluster cannot do (workloads/faults.py), cannot run,
         except that a known-good suite runs under the faults that can be done."""
-        from .faults import kind_of
+        from .faults import cannot, kind_of
         if (why := cluster.refuses(self.config.get("broker", {}))):
             return None, why
-        blocked = {name: why for name in self.faults if (why := cluster.cannot(kind_of(name)))}
+        blocked = {name: why for name in self.faults if (why := cannot(kind_of(name), cluster))}
         if not blocked:
             return self, ""
         if not self.known_good:

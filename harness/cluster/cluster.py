@@ -249,8 +249,8 @@ class Cluster(Metadata):
         """What a run on this cluster tested, for its history, verdict and report."""
         return {"kafka_version": self.version, "nodes": self.nodes, "broker": self.overrides}
 
-    def cannot(self, kind: str) -> str | None:
-        """Why a fault kind cannot be injected here: every kind can."""
+    def lacks(self, primitive: str) -> str | None:
+        """Why a fault primitive cannot be done here: every one can."""
         return None
 
     def refuses(self, broker: dict) -> str | None:

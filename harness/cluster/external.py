@@ -173,31 +173,17 @@ class ExternalCluster(Metadata):
                 "brokers": [f"{b.id}@{b.host}:{b.port}" for b in self.brokers.values()],
                 "client_config": {k: (v if k in _SHOWN else "(set)")
                                   for k, v in sorted(self.client_config.items())},
-                "fault_commands": sorted(self.commands),
-                "not_injected": self.not_injected()}
+                "fault_commands": sorted(self.commands)}
 
-    def not_injected(self) -> list[str]:
-        """The faults that cannot be injected here, and why, as the verdict names them."""
-        from onceproof.workloads.faults import FAULTS
-        missing = ["network faults (they need the harness's own proxies)"]
-        node = [f.name for f in FAULTS.values() if f.family == "node" and f.window != "undo"]
-        missing += [f"{kind} ({why})" for kind in node if (why := self.cannot(kind))]
-        return missing
-
-    def cannot(self, kind: str) -> str | None:
-        """Why a fault kind (with its undo) cannot be injected here, or None."""
-        from onceproof.workloads.faults import FAULTS
-        fault = FAULTS[kind]
-        if fault.family == "network":
-            return None if kind == "heal" else "network faults need the harness's own proxies"
-        if kind == "wipe":
+    def lacks(self, primitive: str) -> str | None:
+        """Why this cluster cannot do a primitive of workloads/faults.py (`links` for every
+        network one), or None: node primitives need the user's commands."""
+        if primitive == "links":
+            return "network faults need the harness's own proxies"
+        if primitive == "wipe":
             return "deleting a broker's disk is not offered for a cluster the harness did not start"
-        undo = [fault.undo({"f": kind, "node": 1})["f"]] if fault.undo else []
-        needed = [c for k in (kind, *undo) for c in _RUNS[k]]
-        missing = [c for c in dict.fromkeys(needed) if c not in self.commands]
-        if missing:
-            return "no " + ", ".join(f"--fault-command {c}=..." for c in missing)
-        return None
+        missing = [c for c in _RUNS[primitive] if c not in self.commands]
+        return "no " + ", ".join(f"--fault-command {c}=..." for c in missing) if missing else None
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -284,21 +270,21 @@ class ExternalCluster(Metadata):
         self._bring_back("resume", node, self.paused)
 
     def wipe(self, node: int) -> None:
-        raise SetupError(self.cannot("wipe") or "wipe is not offered")
+        raise SetupError(self.lacks("wipe") or "")
 
     # ---- links: not ours ---------------------------------------------------------------
 
     def links(self, node: int | None = None, kinds: tuple[str, ...] = ()) -> list[str]:
-        raise SetupError(self.cannot("isolate") or "")
+        raise SetupError(self.lacks("links") or "")
 
     def links_crossing(self, sides: list[list[int]]) -> list[str]:
-        raise SetupError(self.cannot("isolate") or "")
+        raise SetupError(self.lacks("links") or "")
 
     def disable(self, links: list[str]) -> None:
-        raise SetupError(self.cannot("isolate") or "")
+        raise SetupError(self.lacks("links") or "")
 
     def toxic(self, *args, **kwargs) -> None:
-        raise SetupError(self.cannot("isolate") or "")
+        raise SetupError(self.lacks("links") or "")
 
     def heal(self) -> None:
         """No link of this cluster is ours to break, so none needs healing."""

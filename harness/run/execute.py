@@ -67,7 +67,7 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
         cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
-        writer.fault(CLUSTER, cluster.described())
+        writer.fault(CLUSTER, under_test(cluster))
         try:
             _create_topics(cluster, ctx, plan)
             try:
@@ -94,13 +94,20 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
             "left": left, "faults": len(fault_steps(plan)), **summary}
 
 
+def under_test(cluster: AnyCluster) -> dict:
+    """The cluster a run tested, as its history, verdict and report name it: as it
+    describes itself, and the faults it could not inject, when there are any."""
+    missing = faults.not_injected(cluster)
+    return {**cluster.described(), **({"not_injected": missing} if missing else {})}
+
+
 def _fits(plan: dict, cluster: AnyCluster) -> None:
     for name, spec in plan["topics"].items():
         if spec.get("replicas", 1) > cluster.n:
             raise PlanError(f"plan topics.{name}.replicas is {spec['replicas']}, but the "
                             f"cluster has {cluster.n} nodes; use at most {cluster.n}")
     for i, step in enumerate(fault_steps(plan)):
-        if (why := cluster.cannot(step["f"])):
+        if (why := faults.cannot(step["f"], cluster)):
             raise PlanError(f"plan fault {i + 1} ({step['f']}) cannot run on this cluster: {why}")
         missing = faults.node_ids(step) - set(cluster.nodes)
         if missing:
