@@ -105,10 +105,16 @@ def test_a_run_on_a_cluster_you_brought_without_faults_says_it_was_fault_free():
     assert "1 brokers" in describe_tested(tested)
 
 
-def test_options_of_a_cluster_you_bring_need_bootstrap(tmp_path):
+def test_options_of_a_cluster_you_bring_are_checked_before_connecting(tmp_path):
     done = _cli("run", "--client-config", "security.protocol=SSL", "--out", str(tmp_path))
     assert done.returncode == 2 and "add --bootstrap" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    # Checked before the (unreachable) cluster is asked anything.
+    done = _cli("suites", "--bootstrap", "127.0.0.1:1", "--fault-command", "kill=ssh {hots} x",
+                "--artifacts", str(tmp_path))
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "unknown placeholder {hots}" in line
 
 
 def test_an_unreachable_bootstrap_is_one_line_and_starts_nothing(tmp_path):
@@ -158,8 +164,8 @@ def test_acks1_leader_loss_is_found_through_the_users_kill_and_start_commands(
                                            "sasl.password": SECRET}, parse_commands(commands))
     with external.up() as theirs:
         assert theirs.nodes == cluster.nodes
-        result = hunt(SUITES["acks1_leader_kill"], theirs, tmp_path, max_examples=6, budget=30,
-                      replays=1, seed=0, mode="concurrent")
+        result = hunt(SUITES["acks1_leader_kill"], theirs, tmp_path, max_examples=6, budget=20,
+                      replays=0, seed=0, mode="concurrent")
     assert result.caught, f"no lost write through kill commands in {result.examples} plans"
     assert result.exercised["faults"] and result.exercised["acknowledged_writes"]
     folder = Path(result.counterexample)
@@ -183,7 +189,7 @@ def test_the_correct_producers_stay_valid_under_the_same_kills(stranger, tmp_pat
                     frozenset(), "producers", config={"topics": {"t": {"partitions": 1}}},
                     faults=("kill_leader",), shapes=("concurrent",))
     with ExternalCluster(cluster.bootstrap, commands=parse_commands(commands)).up() as theirs:
-        result = hunt(correct, theirs, tmp_path, max_examples=2, budget=30, replays=0, seed=0,
+        result = hunt(correct, theirs, tmp_path, max_examples=1, budget=30, replays=0, seed=0,
                       mode="concurrent")
     assert result.caught, f"the correct producers failed: see {result.counterexample}"
     # Passing means something only if kills landed while writes were acknowledged.
@@ -202,6 +208,21 @@ def test_a_network_fault_asked_of_your_cluster_is_refused_before_anything_is_cre
     [line] = done.stderr.strip().splitlines()
     assert "isolate" in line and "proxies" in line
     assert _created(cluster) == before
+
+
+@pytest.mark.cluster
+def test_client_settings_the_cluster_refuses_are_one_line_and_create_nothing(stranger, tmp_path):
+    cluster, _ = stranger
+    before = _created(cluster)
+    # SASL asked of a plaintext listener: the brokers refuse the handshake.
+    done = _cli("run", "--bootstrap", cluster.bootstrap, "--out", str(tmp_path / "out"),
+                "--client-config", "security.protocol=SASL_PLAINTEXT", "--client-config",
+                "sasl.mechanism=PLAIN", "--client-config", "sasl.username=me",
+                "--client-config", f"sasl.password={SECRET}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "cannot reach the cluster" in line and SECRET not in line
+    assert _created(cluster) == before and not (tmp_path / "out").exists()
 
 
 @pytest.mark.cluster
@@ -251,3 +272,33 @@ def test_keep_leaves_what_the_run_created_under_its_prefix(stranger, tmp_path):
     assert kept and len({name.split("-")[1] for name in kept}) == 1  # one run's prefix
     external = ExternalCluster(cluster.bootstrap).up()
     assert external.clean_up("onceproof-") == [] and not _created(cluster)
+
+
+@pytest.mark.cluster
+def test_the_pytest_plugin_runs_your_property_on_your_cluster(stranger, tmp_path):
+    cluster, commands = stranger
+    (tmp_path / "test_mine.py").write_text('''
+from hypothesis import settings
+
+from onceproof.api import concurrent_plans, holds_on
+
+
+@holds_on(concurrent_plans("producers", faults=("kill",), duration=(8, 8), interval=3.0),
+          exercising=("send", "faults"))
+@settings(max_examples=1, database=None)
+def test_my_producers_on_my_cluster(trials, plan):
+    assert trials.cluster.described()["external"]
+    trial = trials.run(plan)
+    if trial is None:
+        return
+    assert trial.verdict.valid, trials.failed(trial)
+    assert trial.verdict.tested["bootstrap"] == trials.cluster.bootstrap
+''')
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py",
+         "--bootstrap", cluster.bootstrap, "--artifacts", str(tmp_path / "artifacts"),
+         *[a for c in commands for a in ("--fault-command", c)]],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert not _created(cluster)

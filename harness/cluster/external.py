@@ -25,6 +25,7 @@ import socket
 import string
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -332,6 +333,10 @@ class ExternalCluster(Metadata):
                         left.append(f"group {group} ({_reason(exc)})")
         except KafkaException as exc:
             left.append(f"everything under {prefix} ({_reason(exc)})")
+        if left:
+            # Said where the user looks, not only returned: it is their cluster.
+            print(f"onceproof: could not delete {'; '.join(left)} from {self.bootstrap}",
+                  file=sys.stderr)
         return left
 
 
