@@ -13,8 +13,9 @@ Steps, each timed:
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
 
 It prints the figures: end to end (convert + check, JSONL to verdict) per engine, check
-wall time, events per second, peak RSS of the Python
-driver and of the Spark JVM (sampled by psutil), and the check's time as a ratio to the
+wall time, events per second, peak RSS of the Python driver and of the Spark JVM
+(sampled by psutil; for the local check, the driver with its worker processes, summed,
+so pages they share after the fork count twice), and the check's time as a ratio to the
 bare scan and to the pandas checks. It asserts nothing about time: machines differ, and
 the ratios are what to compare across changes.
 """
@@ -49,13 +50,24 @@ class PeakRSS:
         self.me = psutil.Process()
         self.driver = 0
         self.children = 0
+        # This process with its own Python children (the local check's worker
+        # processes; not the Spark JVM), summed at each sample.
+        self.local = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.driver = max(self.driver, self.me.memory_info().rss)
+                own = self.me.memory_info().rss
+                self.driver = max(self.driver, own)
+                for c in self.me.children(recursive=False):
+                    try:
+                        if "java" not in c.name():
+                            own += c.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.local = max(self.local, own)
                 kids = 0
                 for c in self.me.children(recursive=True):
                     try:
@@ -159,10 +171,10 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
         verdict, t_check = timed("full check suite (Parquet, Spark)", check, tables, spark,
                                  3, None, False)
         check_driver, check_jvm = rss.driver, rss.children
-        rss.driver = 0
+        rss.driver = rss.local = 0
         local, t_local = timed("full check suite (Parquet, local)", check, tables, None,
                                3, None, True)
-        local_driver = rss.driver
+        local_driver = rss.local
         _, t_scan = timed("Spark scan only (Parquet)", spark_scan, spark, tables)
         found, t_pandas = timed("pandas duplicate + lost_write", pandas_checks, tables)
 

@@ -92,7 +92,9 @@ def ordered(cols: dict, name: str) -> pa.Table:
     if n:
         inv, _ = ints(table.column("invoke_index"))
         rec, _ = ints(table.column("rec"))
-        table = table.take(pa.array(np.lexsort((rec, inv)), type=pa.int64()))
+        order = np.lexsort((rec, inv))
+        if (order != np.arange(n)).any():  # already in order: no copy of every column
+            table = table.take(pa.array(order, type=pa.int64()))
     return table
 
 

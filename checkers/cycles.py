@@ -197,13 +197,24 @@ def _blame(cycle: pd.DataFrame) -> list[int] | None:
     if n == 0:
         return None
     steps = cycle["step"].to_numpy(dtype=np.int64) if "step" in cycle else np.arange(n)
+    return _blame_of(_windows(cycle), cycle["kind"].to_numpy(dtype=object),
+                     cycle["topic"].tolist(), cycle["partition"].tolist(), steps)
+
+
+def _blame_of(win: tuple[np.ndarray, ...], kinds: np.ndarray, topic: list, part: list,
+              steps: np.ndarray) -> list[int] | None:
+    """_blame on a cycle's witnesses as arrays: their windows (_windows), kinds,
+    topics, partitions and steps."""
+    n = len(steps)
+    if n == 0:
+        return None
     k = int(steps.max()) + 1
-    bad = impossible(cycle)
+    bad = _impossible(win, kinds != RW)
     if bad.any():
         return [int(np.flatnonzero(bad)[0])]
-    si, sc, di, dc = (a.tolist() for a in _windows(cycle))
-    kind = cycle["kind"].tolist()
-    topic, part, steps_l = cycle["topic"].tolist(), cycle["partition"].tolist(), steps.tolist()
+    si, sc, di, dc = (a.tolist() for a in win)
+    kind = kinds.tolist()
+    steps_l = steps.tolist()
     chains: dict[tuple, dict[int, int]] = {}
     for r in range(n):
         if kind[r] == WW:
@@ -263,8 +274,14 @@ def _describe(edges: list[dict]) -> str:
 def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
     """cycle: witnesses with `step` (sorted by it). One witness is shown per edge: the
     first, or for a violation the ones with no solution, starting the cycle there."""
-    blame = _blame(cycle)
-    steps = cycle["step"].tolist()
+    return _reported(type, _blame(cycle), cycle["step"].tolist(),
+                     lambda col, rows: cycle[col].iloc[rows].tolist(), procs)
+
+
+def _reported(type: str, blame: list[int] | None, steps: list[int], column,
+              procs: dict) -> dict:
+    """_report's record, from the cycle's blame (_blame), its witnesses' steps and
+    column(name, rows): that column's values at those witness positions, as a list."""
     k = steps[-1] + 1
     shown: dict[int, int] = {}
     for r, s in enumerate(steps):
@@ -274,11 +291,11 @@ def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
         shown.update({steps[r]: r for r in blame})
         start = steps[blame[0]]
     rows = [shown[(start + j) % k] for j in range(k)]
-    c = cycle.iloc[rows]
-    cols = {col: c[col].tolist() for col in ("src", "dst", "kind", "topic", "src_op", "dst_op")}
+    cols = {col: column(col, rows) for col in ("src", "dst", "kind", "topic", "src_op",
+                                               "dst_op")}
     for col in ("partition", "src_off", "dst_off", "value"):  # as anomaly.num, faster
         cols[col] = [None if x is None or x is pd.NA or x != x else int(x)
-                     for x in c[col].tolist()]
+                     for x in column(col, rows)]
     edges = [dict(zip(cols, vals)) for vals in zip(*cols.values())]
     first = edges[0]
     severity = anomaly.NOTE if blame is None else anomaly.VIOLATION
@@ -305,6 +322,7 @@ class _Graph:
             codes = np.searchsorted(names, e[["src", "dst"]].to_numpy(dtype=object)
                                     .astype(str).ravel()).reshape(-1, 2)
         self.e = e.reset_index(drop=True)
+        self._cols: dict | None = None
         self.codes = codes
         self.w_src, self.w_dst = codes[:, 0], codes[:, 1]
         self.w_kind = self.e["kind"].to_numpy(dtype=object)
@@ -319,15 +337,38 @@ class _Graph:
         bad = _impossible(self.win, self.w_kind != RW)
         self.bad = np.logical_or.reduceat(bad, self.start) if len(bad) else bad
 
-    def rows(self, edges: list[int]) -> pd.DataFrame:
-        """The witnesses of a cycle of edges, with their step."""
+    def _witnesses(self, edges: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of e witnessing a cycle of edges, and the step of each."""
         ids = np.asarray(edges, dtype=np.int64)
         lens = self.end[ids] - self.start[ids]
         first = np.cumsum(lens) - lens
         idx = np.arange(lens.sum()) - np.repeat(first, lens) + np.repeat(self.start[ids], lens)
-        c = self.e.iloc[idx].reset_index(drop=True)
-        c["step"] = np.repeat(np.arange(len(ids)), lens)
-        return c
+        return idx, np.repeat(np.arange(len(ids)), lens)
+
+    def report(self, type: str, edges: list[int], procs: dict) -> dict:
+        """_report of the cycle of edges, from the graph's arrays: thousands of cycles
+        cost no frame each."""
+        idx, steps = self._witnesses(edges)
+        cols = self._columns()
+        blame = _blame_of(tuple(a[idx] for a in self.win), self.w_kind[idx],
+                          cols["topic"].take(idx).tolist(),
+                          cols["partition"].take(idx).tolist(), steps)
+        return _reported(type, blame, steps.tolist(),
+                         lambda col, rows: cols[col].take(idx[rows]).tolist(), procs)
+
+    def rows(self, edges: list[int]) -> pd.DataFrame:
+        """The witnesses of a cycle of edges, with their step."""
+        idx, steps = self._witnesses(edges)
+        # Column by column from the arrays (same dtypes): a frame's iloc on the whole
+        # witness table costs milliseconds per cycle, and a history may have thousands.
+        cols = {name: col.take(idx) for name, col in self._columns().items()}
+        cols["step"] = steps
+        return pd.DataFrame(cols)
+
+    def _columns(self) -> dict:
+        if self._cols is None:
+            self._cols = {name: self.e[name].array for name in self.e.columns}
+        return self._cols
 
     def implied(self, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """ww edges that chains of ww witnesses in one partition imply and no real-time
@@ -431,7 +472,7 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     adj = graph.csr(n, src, dst)
 
     def report(type, edges):
-        out.append(_report(type, gr.rows(edges), procs))
+        out.append(gr.report(type, edges, procs))
 
     def search(type, comp, mask, wanted, via, tries=1, done=(), through_bad=True):
         """In each nontrivial component of the subgraph of `mask` edges, close a cycle

@@ -22,6 +22,11 @@ pandas frame`, run on the driver over those columns of the ops table.
 """
 from __future__ import annotations
 
+import importlib
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +195,33 @@ def partition_pass(tables, families):
     return log(tables).mapInArrow(task, struct_type(OUT_SCHEMA))
 
 
+# From this many steps up, the local pass runs its bucket files in several processes:
+# starting one (imports) costs about a second.
+PARALLEL_STEPS = 400_000
+_FORK = "fork" in multiprocessing.get_all_start_methods()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _importable(families) -> bool:
+    """Whether a worker process can import each family by its module name."""
+    return all(sys.modules.get(getattr(fam, "__name__", "")) is fam for fam in families)
+
+
+def _bucket_with(path, families) -> pd.DataFrame:
+    return run_all(pq.read_table(path).to_pandas(types_mapper=_ARROW_TYPES), families)
+
+
+def _bucket(path: str, names: list[str]) -> pd.DataFrame:
+    """One bucket file's rows, in a worker process (families by module name)."""
+    return _bucket_with(path, [importlib.import_module(n) for n in names])
+
+
 def local_pass(directory, families) -> pd.DataFrame:
     """The same pass without Spark, in this process. For small histories, where
     Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
@@ -197,8 +229,19 @@ def local_pass(directory, families) -> pd.DataFrame:
     # Spark's tasks get them: memory is a bucket's steps, not the whole table's.
     steps = Path(directory) / "steps.parquet"
     files = sorted(steps.glob("*.parquet")) if steps.is_dir() else [steps]
-    frames = [run_all(pq.read_table(f).to_pandas(types_mapper=_ARROW_TYPES), families)
-              for f in files]
+    names = [fam.__name__ for fam in families]
+    workers = min(len(files), _cores())
+    if workers > 1 and _FORK and _importable(families) and \
+            sum(pq.ParquetFile(f).metadata.num_rows for f in files) >= PARALLEL_STEPS:
+        # The families are pandas, which holds the GIL: processes, one per core, each
+        # given whole bucket files, the rows gathered in file order (as one process
+        # makes them). Forked, as PySpark starts its Python workers: spawning would
+        # import the caller's __main__ again, and Arrow's thread pools survive a fork.
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            frames = list(pool.map(_bucket, [str(f) for f in files], [names] * len(files)))
+    else:
+        frames = [_bucket_with(f, families) for f in files]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
 
@@ -206,9 +249,12 @@ def local_pass(directory, families) -> pd.DataFrame:
 def collect(tables, families, local: bool = False) -> pd.DataFrame:
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
     local=True the per-partition pass runs in pandas here instead of on Spark."""
-    out = local_pass(tables.dir, families) if local else \
-        partition_pass(tables, families).toArrow().to_pandas(types_mapper=_ARROW_TYPES)
-    out = conform(out) if len(out) else conform(pd.DataFrame({"row": []}))
+    if local:
+        # run_all's rows are conformed already.
+        out = local_pass(tables.dir, families)
+    else:
+        out = partition_pass(tables, families).toArrow().to_pandas(types_mapper=_ARROW_TYPES)
+        out = conform(out) if len(out) else conform(pd.DataFrame({"row": []}))
     is_anomaly = (out["row"] == ANOMALY).to_numpy(dtype=bool)
     found = [out[is_anomaly]]
     fact_rows = out[~is_anomaly].reset_index(drop=True)

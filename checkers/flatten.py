@@ -126,8 +126,17 @@ class WriteIndex:
 def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteIndex) -> pa.Table:
     """The reads of a block of exploded poll records (PollSpool), joined to their ops,
     transactions and writes."""
+    at = positions_in(ops_index, ints(r.column("op"))[0])
+    # The block in the table's order (invoke_index, rec) before anything is joined to
+    # it: then `ordered` finds the joined rows sorted, and no wide table is reordered.
+    inv = np.zeros(len(at), dtype=np.int64)
+    if ops_t.num_rows and len(at):
+        inv = np.where(at >= 0, ints(ops_t.column("invoke_index"))[0][np.maximum(at, 0)], 0)
+    order = np.lexsort((ints(r.column("rec"))[0], inv))
+    if len(order) and (order != np.arange(len(order))).any():
+        r, at = r.take(pa.array(order, type=pa.int64())), at[order]
     cols = {c: r.column(c) for c in r.column_names if c != "source"}
-    cols.update(take_rows(ops_t, positions_in(ops_index, ints(r.column("op"))[0]), [
+    cols.update(take_rows(ops_t, at, [
         "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
         "invoke_time", "complete_time"]))
     cols.update(take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])), ["outcome"],

@@ -222,7 +222,7 @@ class PartitionLog:
     def write_bounds(self) -> pd.DataFrame:
         """Per write: known (offset or NA), lo, hi (NA when unbounded above)."""
         w = self.writes
-        read_at = (self.reads.dropna(subset=["offset", "value"])
+        read_at = (self.reads[["offset", "value"]].dropna()
                    .groupby("value")["offset"].min())
         known = w["offset"].astype("Float64").fillna(
             w["value"].map(read_at).astype("Float64"))
