@@ -297,12 +297,14 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
            fault_commands, keep) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
     With --bootstrap, the suites your cluster and fault commands can run."""
-
     from onceproof.workloads.suites import SUITES
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
                    spark_master, artifacts, "Known-bad and known-good suites", external)
+    if not rows:
+        raise SetupError("no suite could run on this cluster (each says why above); give "
+                         "--fault-command kill=... and start=... for the node-fault suites")
     # Suites the time limit stopped are shown as such, not counted as misses.
     sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
 
