@@ -303,8 +303,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
                    spark_master, artifacts, "Known-bad and known-good suites", external)
     if not rows:
-        raise SetupError("no suite could run on this cluster (each says why above); give "
-                         "--fault-command kill=... and start=... for the node-fault suites")
+        raise SetupError("no suite ran: each chosen one says why above (a plan shape it is "
+                         "not hunted in, or what your cluster lacks)")
     # Suites the time limit stopped are shown as such, not counted as misses.
     sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
 
