@@ -20,7 +20,7 @@ import pytest
 
 from onceproof.checkers.verdict import Verdict, describe_tested
 from onceproof.cluster.cluster import Cluster
-from onceproof.cluster.external import ExternalCluster, parse_commands
+from onceproof.cluster.external import CommandFailed, ExternalCluster, parse_commands
 from onceproof.errors import SetupError
 from onceproof.run.execute import under_test
 from onceproof.search import hunt
@@ -309,3 +309,21 @@ def test_my_producers_on_my_cluster(trials, plan):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
     assert not _created(cluster)
+
+
+def test_plan_nodes_are_the_brokers_in_id_order_whatever_their_ids():
+    from onceproof.cluster.external import Broker
+    cluster = ExternalCluster("127.0.0.1:1", commands=parse_commands(
+        ["kill=echo broker {node} at {host}:{port}", "start=false"]))
+    cluster.brokers = {b: Broker(b, f"h{b}", 9000 + b) for b in (1002, 0, 17)}
+    assert cluster.nodes == [1, 2, 3]
+    assert [cluster._node(b) for b in (0, 17, 1002, 5)] == [1, 2, 3, None]
+    cluster.kill(2)
+    [ran] = cluster.take_commands()
+    assert ran["node"] == 2 and ran["broker"] == 17 and ran["exit"] == 0
+    assert ran["output"] == "broker 17 at h17:9017\n"
+    assert cluster.down_nodes == {2}
+    with pytest.raises(CommandFailed, match="start for node 2 exited 1"):
+        cluster.start(2)
+    with pytest.raises(SetupError, match="no node 4"):
+        cluster.kill(4)

@@ -143,9 +143,31 @@ class ExternalCluster(Metadata):
     def __exit__(self, *exc) -> None:
         self.down()
 
+    # Plans name nodes 1..N (strategies draw them so, and the harness's own cluster has
+    # those ids); a cluster brought by the user may number its brokers 0..N-1 or 1001...
+    # Node i of a plan is the i-th broker by id here, both ways: what the faults are
+    # handed, and what the targets resolve to (coordinator goes through leader). The
+    # user's commands get the broker's own id.
     @property
     def nodes(self) -> list[int]:
-        return sorted(self.brokers)
+        return list(range(1, len(self.brokers) + 1))
+
+    def broker(self, node: int) -> Broker:
+        """The broker a plan's node number stands for."""
+        if node not in self.nodes:
+            raise SetupError(f"no node {node}: the cluster's {self.n} brokers are nodes "
+                             f"{self.nodes[0]}-{self.nodes[-1]}")
+        return self.brokers[sorted(self.brokers)[node - 1]]
+
+    def _node(self, broker_id: int | None) -> int | None:
+        ids = sorted(self.brokers)
+        return ids.index(broker_id) + 1 if broker_id in ids else None
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        return self._node(super().leader(topic, partition))
+
+    def followers(self, topic: str, partition: int) -> list[int]:
+        return [n for b in super().followers(topic, partition) if (n := self._node(b))]
 
     @property
     def n(self) -> int:
@@ -171,7 +193,7 @@ class ExternalCluster(Metadata):
         """What a run on this cluster tested, for its history, verdict and report."""
         return {"kafka_version": self.version, "nodes": self.nodes, "broker": {},
                 "external": True, "bootstrap": self.bootstrap,
-                "brokers": [f"{b.id}@{b.host}:{b.port}" for b in self.brokers.values()],
+                "brokers": [f"{b.id}@{b.host}:{b.port}" for b in map(self.broker, self.nodes)],
                 "client_config": {k: (v if k in _SHOWN else "(set)")
                                   for k, v in sorted(self.client_config.items())},
                 "fault_commands": sorted(self.commands)}
@@ -210,8 +232,8 @@ class ExternalCluster(Metadata):
     def _run(self, kind: str, node: int) -> None:
         if kind not in self.commands:
             raise SetupError(f"no --fault-command {kind}=... was given")
-        broker = self.brokers[node]
-        command = self.commands[kind].format(node=node, host=broker.host, port=broker.port)
+        broker = self.broker(node)
+        command = self.commands[kind].format(node=broker.id, host=broker.host, port=broker.port)
         started = time.monotonic()
         try:
             proc = subprocess.run(command, shell=True, capture_output=True, text=True,
@@ -220,8 +242,9 @@ class ExternalCluster(Metadata):
         except subprocess.TimeoutExpired as exc:
             exit_code = None
             output = f"timed out after {COMMAND_TIMEOUT:.0f} s; " + _text(exc.stdout) + _text(exc.stderr)
-        record = {"command": kind, "node": node, "run": command, "exit": exit_code,
-                  "seconds": round(time.monotonic() - started, 3), "output": output[-2000:]}
+        record = {"command": kind, "node": node, "broker": broker.id, "run": command,
+                  "exit": exit_code, "seconds": round(time.monotonic() - started, 3),
+                  "output": output[-2000:]}
         self.ran.append(record)
         if exit_code != 0:
             raise CommandFailed(f"fault command {kind} for node {node} "
@@ -233,8 +256,7 @@ class ExternalCluster(Metadata):
         return ran
 
     def _check(self, node: int) -> None:
-        if node not in self.brokers:
-            raise SetupError(f"no node {node}: the cluster's brokers are {self.nodes}")
+        self.broker(node)
 
     def _take_down(self, kind: str, node: int) -> None:
         self._check(node)
