@@ -25,7 +25,9 @@ Nothing here imports the harness: `act` drives the cluster it is handed (a Scene
 these primitives only: nodes, down_nodes, paused, kill/pause/resume/stop/start/restart/wipe(node),
 links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
 streams, toxicity), heal(), heal_all(), leader(topic, partition), followers(topic,
-partition), coordinator(kind, key).
+partition), coordinator(kind, key). Which kinds a cluster can do at all is `cannot`, over
+the cluster's lacks(primitive) (a cluster the harness did not start has no links of ours
+and runs the user's commands for nodes).
 """
 from __future__ import annotations
 
