@@ -255,18 +255,15 @@ class ExternalCluster(Metadata):
         ran, self.ran = self.ran, []
         return ran
 
-    def _check(self, node: int) -> None:
-        self.broker(node)
-
     def _take_down(self, kind: str, node: int) -> None:
-        self._check(node)
+        self.broker(node)  # an unknown node is refused before any command
         self.down_nodes.add(node)  # whatever the command says, the node may be down now
         self.paused.discard(node)
         self._run(kind, node)
 
     def _bring_back(self, kind: str, node: int, state: set[int]) -> None:
         """Undo a node's state by the command `kind`, if this harness put it there."""
-        self._check(node)
+        self.broker(node)
         if node in state:
             self._run(kind, node)
             state.discard(node)
@@ -285,7 +282,7 @@ class ExternalCluster(Metadata):
         self.start(node)
 
     def pause(self, node: int) -> None:
-        self._check(node)
+        self.broker(node)
         self.paused.add(node)
         self._run("pause", node)
 
@@ -340,19 +337,11 @@ class ExternalCluster(Metadata):
         try:
             topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
             if topics:
-                for topic, fut in admin.delete_topics(topics, operation_timeout=30).items():
-                    try:
-                        fut.result(40)
-                    except KafkaException as exc:
-                        left.append(f"topic {topic} ({_reason(exc)})")
+                left += _failed("topic", admin.delete_topics(topics, operation_timeout=30))
             groups = [g.group_id for g in admin.list_consumer_groups().result(15).valid
                       if g.group_id.startswith(prefix)]
             if groups:
-                for group, fut in admin.delete_consumer_groups(groups, request_timeout=15).items():
-                    try:
-                        fut.result(20)
-                    except KafkaException as exc:
-                        left.append(f"group {group} ({_reason(exc)})")
+                left += _failed("group", admin.delete_consumer_groups(groups, request_timeout=15))
         except KafkaException as exc:
             left.append(f"everything under {prefix} ({_reason(exc)})")
         if left:
@@ -369,6 +358,17 @@ AnyCluster = Cluster | ExternalCluster
 class CommandFailed(Exception):
     """A user's fault command exited non-zero or timed out: whether the fault happened is
     unknown (its op is info)."""
+
+
+def _failed(what: str, futures: dict) -> list[str]:
+    """The deletions (name -> future) that failed, each with its reason."""
+    failed = []
+    for name, fut in futures.items():
+        try:
+            fut.result(40)
+        except KafkaException as exc:
+            failed.append(f"{what} {name} ({_reason(exc)})")
+    return failed
 
 
 def _reason(exc: KafkaException) -> str:

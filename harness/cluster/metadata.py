@@ -96,9 +96,9 @@ class Metadata:
         return None
 
     def probe_isr(self, admin: AdminClient) -> bool:
-        """A fresh topic replicated to every node (at most 3) reaches its full ISR."""
+        """A fresh topic replicated to every node reaches its full ISR."""
         topic = self._probe_name()
-        replicas = min(3, self.n)
+        replicas = self.n
         try:
             admin.create_topics([NewTopic(topic, 1, replicas)])[topic].result(15)
         except KafkaException:

@@ -60,7 +60,6 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
     out.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
-    left: list[str] = []
     with writer or HistoryWriter(out / "history.jsonl") as writer:
         ctx = RunContext(writer, cluster.connection(), run_id, partitions, plan["clients"])
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
@@ -89,9 +88,9 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
             # is not ours gets back what the run created (Ctrl-C included).
             if cluster.faults or cluster.down_nodes:
                 cluster.heal_all()
-            left = cluster.clean_up(ctx.prefix)
+            cluster.clean_up(ctx.prefix)
     return {"history": str(out / "history.jsonl"), "run_id": run_id, "prefix": ctx.prefix,
-            "left": left, "faults": len(fault_steps(plan)), **summary}
+            "faults": len(fault_steps(plan)), **summary}
 
 
 def under_test(cluster: AnyCluster) -> dict:
