@@ -51,17 +51,22 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     out = {}
     n = len(df)
     for f in OUT_SCHEMA:
-        col = df[f.name] if f.name in df else pd.Series([None] * n, index=df.index)
+        if f.name not in df:
+            # Most rows are facts, which leave most columns out: fill those in bulk.
+            out[f.name] = (pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
+                           if f.name in _LONGS else np.full(n, None, dtype=object))
+            continue
+        col = df[f.name]
         if f.name in _LONGS:
             out[f.name] = ints(col)
         elif f.name == "witnesses":
-            out[f.name] = pd.Series([anomaly.plain_witnesses(v) for v in col], index=df.index,
-                                    dtype=object)
+            out[f.name] = pd.Series([anomaly.plain_witnesses(v) for v in col],
+                                    dtype=object).to_numpy()
         elif f.name == "witness_at":
-            out[f.name] = pd.Series([_plain_at(v) for v in col], index=df.index, dtype=object)
+            out[f.name] = pd.Series([_plain_at(v) for v in col], dtype=object).to_numpy()
         else:
-            out[f.name] = col.astype(object).where(col.notna(), None)
-    return pd.DataFrame(out, index=df.index).reset_index(drop=True)
+            out[f.name] = col.astype(object).where(col.notna(), None).to_numpy()
+    return pd.DataFrame(out)
 
 
 def ints(col: pd.Series) -> pd.arrays.IntegerArray:
@@ -69,8 +74,14 @@ def ints(col: pd.Series) -> pd.arrays.IntegerArray:
     for Python ints)."""
     if isinstance(col.dtype, pd.Int64Dtype):
         return col.array
-    return pd.array(col.to_numpy(dtype=object if col.dtype == object else None),
-                    dtype="Int64")
+    if col.dtype == object:
+        # Python ints convert exactly; pandas' own coercion of an object column walks
+        # it in Python.
+        missing = col.isna().to_numpy(dtype=bool)
+        values = np.zeros(len(col), np.int64)
+        values[~missing] = col.to_numpy()[~missing].astype(np.int64)
+        return pd.arrays.IntegerArray(values, missing)
+    return pd.array(col.to_numpy(), dtype="Int64")
 
 
 def at_events(*pairs) -> list[dict]:

@@ -81,19 +81,23 @@ class PartitionLog:
         self.partition = None if pd.isna(partition) else int(partition)
         # One numpy sort by (kind, invoke_index, rec), then each kind is a slice.
         kind = pdf["kind"].to_numpy(dtype=object)
-        codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, WATERMARK, OFFSET))}
+        # In the order the converter adds them (checkers/flatten.py).
+        codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, OFFSET, WATERMARK))}
         kcode = np.array([codes.get(k, 9) for k in kind], dtype=np.int64) \
             if len(kind) < 64 else pd.Series(kind).map(codes).fillna(9).to_numpy(dtype=np.int64)
         order = np.lexsort((pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
                             pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode))
         bounds = np.searchsorted(kcode[order], np.arange(6))
+        # The converter writes a partition's steps in about this order, so a kind is
+        # often a slice of the frame already, which needs no copy of every column.
+        in_place = order == np.arange(len(order))
 
         def part(i):
-            # One copy of each kind's rows; a fresh index costs no second copy.
-            rows = pdf.take(order[bounds[i]:bounds[i + 1]])
+            a, b = bounds[i], bounds[i + 1]
+            rows = pdf.iloc[a:b] if in_place[a:b].all() else pdf.take(order[a:b])
             rows.index = pd.RangeIndex(len(rows))
             return rows
-        self.writes, self.reads, self.positions, self.watermarks, self.offsets = (
+        self.writes, self.reads, self.positions, self.offsets, self.watermarks = (
             part(i) for i in range(5))
         self._memo: dict = {}
 
