@@ -297,23 +297,22 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     steps.add(_steps_of("writes", writes))
     n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
     with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-reads") as writer:
-        def write(reads: pa.Table) -> None:
-            sink.write_table(reads)
-            steps.add(_steps_of("reads", reads))
-
-        # One block is written (in order, by one thread) while the next is joined: both
-        # are mostly Arrow and Parquet work, without the GIL.
-        pending: Future | None = None
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-reads") as to_file, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-steps") as to_steps:
+        # While the next block is joined, this one is written to reads.parquet and to
+        # the steps spool, each by its own thread (in order): all three are mostly Arrow
+        # and Parquet work, without the GIL.
+        pending: list[Future] = []
         for raw in polls.blocks():
             reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
             seen.append(distinct(reads.select(_READERS.names)))
             n_reads += reads.num_rows
-            if pending is not None:
-                pending.result()
-            pending = writer.submit(write, reads)
-        if pending is not None:
-            pending.result()
+            for done in pending:
+                done.result()
+            pending = [to_file.submit(sink.write_table, reads),
+                       to_steps.submit(lambda r: steps.add(_steps_of("reads", r)), reads)]
+        for done in pending:
+            done.result()
     readers = distinct(pa.concat_tables(seen[1:]))
     read_partitions = readers.to_pandas(types_mapper=nullable)
     for name, table in (("ops", ops_t), ("txns", txns_t), ("writes", writes)):

@@ -4,6 +4,7 @@ regrouped by partition on disk into the bucket files the checks read)."""
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +132,8 @@ class StepSpool:
             load[b] += self.sizes[g]
             members[b].append(g)
         schema = SCHEMAS["steps"]
-        for b in range(n):
+
+        def write(b: int) -> None:
             pieces = []
             for g in members[b]:
                 for path, where in self.blocks:
@@ -142,5 +144,9 @@ class StepSpool:
             part = pa.Table.from_batches(pieces, schema=schema) if pieces else schema.empty_table()
             pq.write_table(part, folder / f"part-{b:05d}.parquet",
                            row_group_size=max(1, part.num_rows))
-            del part, pieces
+
+        # Two buckets at a time: Parquet encodes without the GIL, and memory is still a
+        # couple of buckets' steps.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="onceproof-buckets") as pool:
+            list(pool.map(write, range(n)))
         return sum(self.sizes)
