@@ -31,7 +31,10 @@ def observations(pl: PartitionLog) -> pd.DataFrame:
 def _sources(pl: PartitionLog) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The acked writes and the reads that observations are made of, in their order."""
     def build():
-        w, r = pl.writes, pl.reads
+        # Only the columns an anomaly names, before the rows are picked: the steps are
+        # wide, and reads are most of them.
+        w = pl.writes[["op", "process", "txn", "type", "offset", "value"]]
+        r = pl.reads[["op", "process", "txn", "offset", "value", "w_op"]]
         return (w[((w["type"] == "ok") & w["offset"].notna() & w["value"].notna())
                   .to_numpy(dtype=bool)],
                 r[(r["offset"].notna() & r["value"].notna()).to_numpy(dtype=bool)])

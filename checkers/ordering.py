@@ -26,7 +26,8 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     (values are unique). Only sends that ended ok count: one that ended in info may
     still be retried, and appended, after the process's next send."""
     known = pl.write_bounds["known"].to_numpy(dtype=float, na_value=np.nan)
-    w = pl.writes.assign(offset=known)
+    w = pl.writes[["op", "rec", "process", "txn", "type", "value", "invoke_index"]].assign(
+        offset=known)
     w = w[(w["type"] == "ok").to_numpy(dtype=bool) & ~np.isnan(known)]
     out: list[dict] = []
     if len(w) < 2:

@@ -50,16 +50,17 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     o = pl.offsets
     sent = o[((o["f"] == "send_offsets") & (o["status"] == COMMITTED) & o["offset"].notna())
              .fillna(False).to_numpy(dtype=bool)]
-    piped = pl.reads[pl.reads["txn"].notna().to_numpy(dtype=bool)]
+    piped = pl.reads["offset"][pl.reads["txn"].notna().to_numpy(dtype=bool)]
     if sent.empty or piped.empty:
         return engine.facts(INPUT, pd.DataFrame())
     c = sent.loc[sent["offset"].astype(float).idxmax()]
-    start = piped["offset"].min()
+    start = piped.min()
     rl = pl.read_log
     inputs = rl[(rl["vis"] == VIS_RC).to_numpy(dtype=bool)
                 & (rl["offset"] >= start).to_numpy(dtype=bool)
                 & (rl["offset"] < c["offset"]).to_numpy(dtype=bool)]
-    r = pl.reads[pl.reads["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
+    r = pl.reads[["value", "w_op"]]
+    r = r[r["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
     writer = pd.Series(r["w_op"].to_numpy(dtype=object), index=r["value"].to_numpy(dtype=object))
     return engine.facts(INPUT, pd.DataFrame({
         "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
