@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED, READ_COMMITTED
 
 _NONE = np.iinfo(np.int64).min  # stands for a missing value in integer arrays
@@ -32,28 +32,33 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     cover_op / fcover_op: its last poll."""
     w = pl.writes
     n = len(w)
-    out = w[["op", "rec", "process", "txn", "txn_outcome", "type", "status", "value",
-             "invoke_index", "complete_index", "t_begin", "t_done"]].reset_index(drop=True)
+    # Built as one dict and one frame at the end: selecting and then adding columns to a
+    # frame copies it and its blocks over and over.
+    out = {c: w[c].array for c in (
+        "op", "rec", "process", "txn", "txn_outcome", "type", "status", "value",
+        "invoke_index", "complete_index", "t_begin", "t_done")}
     b = pl.write_bounds
     lo, hi = b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)
     known = b["known"].to_numpy(dtype=float, na_value=np.nan)
     out["offset"], out["lo"], out["hi"] = known, lo, hi
 
     r = pl.reads
-    # Exact integers: values need not fit a float's 53 bits.
     values = w["value"].to_numpy(dtype=np.int64, na_value=_NONE)
-    read = r["value"].to_numpy(dtype=np.int64, na_value=_NONE)
+    distinct, which, at = matches(pl)
+    matched = at >= 0
 
     def seen(mask):
-        return np.isin(values, read[mask]) & (values != _NONE)
-    out["seen_any"] = seen(np.ones(len(r), dtype=bool))
-    out["seen_rc"] = seen((r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool))
-    out["seen_final"] = seen(r["final"].fillna(False).to_numpy(dtype=bool))
+        hit = np.zeros(len(distinct), dtype=bool)
+        hit[at[matched & mask]] = True
+        return hit[which] & (values != _NONE)
+    seen_any = out["seen_any"] = seen(np.ones(len(r), dtype=bool))
+    out["seen_rc"] = seen(rc_reads(pl))
+    seen_final = out["seen_final"] = seen(r["final"].to_numpy(dtype=bool, na_value=False))
 
     scans = pl.scans
     final_scans = scans[scans["final"]]
-    out["cov_any"] = pl.covered(lo, hi, scans)
-    out["cov_rc"] = pl.covered(lo, hi, scans[scans["isolation"] == READ_COMMITTED])
+    cov_any = out["cov_any"] = pl.covered(lo, hi, scans)
+    out["cov_rc"] = pl.covered(lo, hi, scans[equals(scans["isolation"], READ_COMMITTED)])
 
     # The final watermarks bound every write acknowledged before they were read.
     high = np.full(n, np.nan)
@@ -63,25 +68,42 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
         if pd.notna(last["high"]):
             high[done < float(last["invoke_index"])] = float(last["high"])
     hi_final = np.where(np.isnan(high), hi, np.fmin(hi, high - 1))
-    out["cov_final"] = pl.covered(lo, hi_final, final_scans)
-    out["has_final"] = len(final_scans) > 0
+    cov_final = out["cov_final"] = pl.covered(lo, hi_final, final_scans)
+    out["has_final"] = np.full(n, len(final_scans) > 0)
     out["high"] = high
     out["beyond_high"] = ~np.isnan(known) & ~np.isnan(high) & (known >= high)
 
     # Name a covering scan for the (rare) writes that will be reported.
-    committed = (w["status"] == COMMITTED).to_numpy(dtype=bool)
+    committed = equals(w["status"], COMMITTED)
     cover, cover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
-    for i in np.flatnonzero(committed & ~out["seen_any"].to_numpy() & out["cov_any"].to_numpy())[:1000]:
+    for i in np.flatnonzero(committed & ~seen_any & cov_any)[:1000]:
         scan = pl.covering_scan(lo[i], hi[i], scans)
         cover[i], cover_op[i] = _scan_text(scan), pl.scan_op(scan)
     fcover, fcover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
-    for i in np.flatnonzero(committed & ~out["seen_final"].to_numpy()
-                            & out["cov_final"].to_numpy())[:1000]:
+    for i in np.flatnonzero(committed & ~seen_final & cov_final)[:1000]:
         scan = pl.covering_scan(lo[i], hi_final[i], final_scans)
         fcover[i], fcover_op[i] = _scan_text(scan), pl.scan_op(scan)
     out["cover"], out["fcover"] = cover, fcover
     out["cover_op"], out["fcover_op"] = cover_op, fcover_op
-    return out
+    return pd.DataFrame(out)
+
+
+def matches(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct values written (a missing one as _NONE), which of them each write
+    wrote, and which of them each read returned (-1: none), computed once: each read
+    is matched by hash once, for every kind of read and every check."""
+    def build():
+        # Exact integers: values need not fit a float's 53 bits.
+        values = pl.writes["value"].to_numpy(dtype=np.int64, na_value=_NONE)
+        distinct, which = np.unique(values, return_inverse=True)
+        read = pl.reads["value"].to_numpy(dtype=np.int64, na_value=_NONE)
+        return distinct, which, pd.Index(distinct).get_indexer(read)
+    return pl.memo("matches", build)
+
+
+def rc_reads(pl: PartitionLog) -> np.ndarray:
+    """Which of the partition's reads are read_committed, computed once."""
+    return pl.memo("rc_reads", lambda: equals(pl.reads["isolation"], READ_COMMITTED))
 
 
 def of(pl: PartitionLog) -> pd.DataFrame:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pandas as pd
 
 from . import coverage, engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("isolation")
@@ -25,7 +26,7 @@ def aborted_reads(pl: PartitionLog) -> list[dict]:
     aborted, or by a send that definitely failed. Any isolation counts: a failed send
     is not in the log at all, and a read_uncommitted consumer that sees aborted data is
     exactly the known-bad configuration the harness must catch."""
-    r = pl.reads[pl.reads["status"].isin([ABORTED, FAILED]).to_numpy(dtype=bool)]
+    r = pl.reads[equals(pl.reads["status"], ABORTED, FAILED)]
     out = []
     for _, x in r.iterrows():
         why = (f"whose send (op {num(x['w_op'])}) failed" if x["status"] == FAILED
@@ -41,11 +42,17 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
     consumers only see a transaction's records after its commit marker, which no
     broker writes before the producer asks to commit."""
     r = pl.reads
-    bad = ((r["isolation"] == READ_COMMITTED) & r["w_txn"].notna()
-           & r["w_txn_outcome"].isin([COMMITTED, UNKNOWN])
-           & (r["complete_index"] < r["w_commit_inv"])).fillna(False).to_numpy(dtype=bool)
+    # The indices (exact integers) first, then the strings of only the few reads left:
+    # string comparisons over every read would cost most of the check.
+    done, commit = r["complete_index"], r["w_commit_inv"]
+    rows = np.flatnonzero((done.to_numpy(dtype=np.int64, na_value=0)
+                           < commit.to_numpy(dtype=np.int64, na_value=0))
+                          & (done.notna() & commit.notna()).to_numpy(dtype=bool))
+    rows = rows[equals(r["isolation"].iloc[rows], READ_COMMITTED)
+                & r["w_txn"].iloc[rows].notna().to_numpy(dtype=bool)
+                & equals(r["w_txn_outcome"].iloc[rows], COMMITTED, UNKNOWN)]
     out = []
-    for _, x in r[bad].iterrows():
+    for _, x in r.iloc[rows].iterrows():
         rec = _read_record("precommitted_read", x,
                            f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
                            f"{num(x['complete_index'])}) before its commit_txn was invoked "
@@ -63,28 +70,50 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     examples."""
     cov = coverage.of(pl)
     keep = (cov["txn"].notna().to_numpy(dtype=bool)
-            & cov["txn_outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)
-            & (cov["type"] == "ok").to_numpy(dtype=bool))
+            & equals(cov["txn_outcome"], COMMITTED, UNKNOWN) & equals(cov["type"], "ok"))
     seen = cov["seen_rc"].to_numpy(dtype=bool)
     missing = ~seen & cov["cov_rc"].to_numpy(dtype=bool)
     keep &= seen | missing
     if not keep.any():
         return engine.facts(TORN_FACT, pd.DataFrame())
-    t = cov[keep].assign(_seen=seen[keep], _missing=missing[keep])
-    g = t.groupby("txn", sort=False)
-    out = pd.DataFrame({"kind": g["txn_outcome"].first(), "n1": g["_seen"].sum(),
-                        "n2": g["_missing"].sum()})
-    ex = t[t["_missing"]].drop_duplicates("txn").set_index("txn")
-    ex = ex.reindex(out.index).combine_first(t.drop_duplicates("txn").set_index("txn"))
+    # Row numbers per transaction (in order of first appearance), not a copy of the wide
+    # frame per step.
+    rows = np.flatnonzero(keep)
+    seen, missing = seen[rows], missing[rows]
+    code, txns = pd.factorize(cov["txn"].to_numpy(dtype=object)[rows])
+    n = len(txns)
+
+    def first_where(mask):
+        """Per transaction, the row number of its first kept write in mask, or -1."""
+        at = np.flatnonzero(mask)
+        found, i = np.unique(code[at], return_index=True)
+        pos = np.full(n, -1)
+        pos[found] = rows[at[i]]
+        return pos
+
+    first = first_where(np.ones(len(rows), dtype=bool))
+    first_missing, first_seen = first_where(missing), first_where(seen)
+    out = pd.DataFrame({"txn": txns, "kind": cov["txn_outcome"].to_numpy(dtype=object)[first],
+                        "n1": np.bincount(code[seen], minlength=n),
+                        "n2": np.bincount(code[missing], minlength=n)})
+    # The example is the transaction's first missing write; a field it lacks (every
+    # field, when none is missing) comes from the transaction's first write.
     for c in ("process", "op", "offset", "value"):
-        out[c] = ex[c]
-    s = t[t["_seen"]].drop_duplicates("txn").set_index("txn").reindex(out.index)
-    out["a1"], out["a2"], out["a3"] = s["offset"], s["value"], s["op"]
-    r = pl.reads
-    rc = r[(r["isolation"] == READ_COMMITTED).fillna(False).to_numpy(dtype=bool)
-           & r["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
-    out["a4"] = s["value"].map(pd.Series(rc["op"].to_numpy(), index=rc["value"].to_numpy()))
-    return engine.facts(TORN_FACT, out.rename_axis("txn").reset_index())
+        has = cov[c].notna().to_numpy(dtype=bool)
+        out[c] = cov[c].array.take(
+            np.where((first_missing >= 0) & has[first_missing], first_missing, first))
+    for a, c in (("a1", "offset"), ("a2", "value"), ("a3", "op")):
+        out[a] = cov[c].array.take(first_seen, allow_fill=True)
+    # A read_committed poll of the seen write: the first that returned its value.
+    distinct, which, at = coverage.matches(pl)
+    rc = np.flatnonzero((at >= 0) & coverage.rc_reads(pl))
+    none = np.iinfo(np.int64).max
+    poll = np.full(len(distinct), none)
+    np.minimum.at(poll, at[rc], rc)
+    poll = poll[which[first_seen]]
+    out["a4"] = pl.reads["op"].array.take(
+        np.where((first_seen >= 0) & (poll != none), poll, -1), allow_fill=True)
+    return engine.facts(TORN_FACT, out)
 
 
 def torn(facts: pd.DataFrame) -> list[dict]:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED
 
 TYPES = of_family("loss")
@@ -38,8 +38,8 @@ def lost_writes(cov: pd.DataFrame) -> list[dict]:
     acknowledged before it was sent and those sent after its ack (checkers/partlog.py),
     and the scan must cover the whole bound: no false alarm on a write that merely
     landed after a reader stopped."""
-    lost = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_any"]
-               & cov["cov_any"]]
+    lost = cov[equals(cov["status"], COMMITTED) & ~cov["seen_any"].to_numpy()
+               & cov["cov_any"].to_numpy()]
     return [_record("lost_write", w, f"acknowledged value {num(w['value'])} {_where(w)} "
                     f"was never read, though {w['cover']}", (w["cover_op"], "reader"))
             for _, w in lost.iterrows()]
@@ -55,8 +55,9 @@ def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
     the watermark alone shows it, even when the final reads returned nothing (a leader
     that acknowledged with acks=1 and was then truncated can leave an empty partition).
     Otherwise only partitions with final reads are judged."""
-    gone = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool) & ~cov["seen_final"]
-               & ((cov["has_final"] & cov["cov_final"]) | cov["beyond_high"])]
+    gone = cov[equals(cov["status"], COMMITTED) & ~cov["seen_final"].to_numpy()
+               & ((cov["has_final"].to_numpy() & cov["cov_final"].to_numpy())
+                  | cov["beyond_high"].to_numpy())]
     out = []
     marks = num(pl.watermarks.iloc[-1]["op"]) if len(pl.watermarks) else None
     for _, w in gone.iterrows():

@@ -70,6 +70,19 @@ def typed(pdf: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, index=pdf.index, copy=False)
 
 
+def equals(col: pd.Series, *values: str) -> np.ndarray:
+    """Where `col` is one of `values`, as numpy booleans (missing: False)."""
+    a = col.to_numpy(dtype=object)
+    try:
+        # numpy compares an object column several times faster than pandas' == or isin.
+        out = a == values[0]
+        for v in values[1:]:
+            out |= a == v
+        return np.asarray(out, dtype=bool)
+    except TypeError:  # pd.NA among the values: it has no truth value
+        return col.isin(values).fillna(False).to_numpy(dtype=bool)
+
+
 class PartitionLog:
     """One partition's steps (a pandas frame of LOG_SCHEMA), and what follows from them."""
 
@@ -201,23 +214,26 @@ class PartitionLog:
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
         st = self.steps
+        offs = st["offset"].to_numpy(dtype=float)
         # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
-        r = st[((st["kind"] == READ) & st["offset"].notna()).to_numpy(dtype=bool)]
-        if r.empty:
+        # Row numbers, not a filtered copy of every column of the steps.
+        rows = np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(offs))
+        if not len(rows):
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64)})
         # Reads are in run order, so each run is a contiguous slice.
-        run = r["run"].to_numpy()
+        run = st["run"].to_numpy()[rows]
         first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
-        offs = r["offset"].to_numpy(dtype=float)
-        lo = np.minimum.reduceat(offs, first) if len(first) else offs
-        hi = np.maximum.reduceat(offs, first) if len(first) else offs
-        start = r["start"].to_numpy(dtype=float)[first]
+        offs = offs[rows]
+        lo = np.minimum.reduceat(offs, first)
+        hi = np.maximum.reduceat(offs, first)
+        at = rows[first]
+        start = st["start"].to_numpy(dtype=float)[at]
         return pd.DataFrame({
-            "process": r["process"].to_numpy(dtype=object)[first],
-            "isolation": r["isolation"].to_numpy(dtype=object)[first],
-            "final": r["final"].to_numpy(dtype=bool)[first], "run": run[first],
+            "process": st["process"].to_numpy(dtype=object)[at],
+            "isolation": st["isolation"].to_numpy(dtype=object)[at],
+            "final": st["final"].to_numpy(dtype=bool)[at], "run": run[first],
             "s": np.fmin(lo, start).astype(np.int64), "e": hi.astype(np.int64)})
 
     # ------------------------------------------------------------------ write offsets
@@ -226,14 +242,27 @@ class PartitionLog:
     def write_bounds(self) -> pd.DataFrame:
         """Per write: known (offset or NA), lo, hi (NA when unbounded above)."""
         w = self.writes
-        read_at = (self.reads[["offset", "value"]].dropna()
-                   .groupby("value")["offset"].min())
-        known = w["offset"].astype("Float64").fillna(
-            w["value"].map(read_at).astype("Float64"))
-        known_np = known.to_numpy(dtype=float, na_value=np.nan)
+        known_np = w["offset"].to_numpy(dtype=float, na_value=np.nan)
+        # A write without an offset of its own is where a read first saw its value: look
+        # up only those writes' values among the reads (exact integers, by hash).
+        need = np.isnan(known_np) & w["value"].notna().to_numpy(dtype=bool)
+        if need.any():
+            r = self.reads
+            wanted = w["value"].to_numpy(dtype=np.int64, na_value=0)[need]
+            values = pd.Index(np.unique(wanted))
+            at = values.get_indexer(r["value"].to_numpy(dtype=np.int64, na_value=0))
+            at[(r["value"].isna() | r["offset"].isna()).to_numpy(dtype=bool)] = -1
+            hit = at >= 0
+            first = np.full(len(values), np.iinfo(np.int64).max)
+            np.minimum.at(first, at[hit], r["offset"].to_numpy(dtype=np.int64, na_value=0)[hit])
+            was_read = np.zeros(len(values), dtype=bool)
+            was_read[at[hit]] = True
+            k = values.get_indexer(wanted)
+            known_np[need] = np.where(was_read[k], first[k].astype(float), np.nan)
+        known = pd.Series(pd.array(known_np, dtype="Float64"), index=w.index)
         inv = w["invoke_index"].to_numpy(dtype=np.int64)
         done = w["complete_index"].to_numpy(dtype=float, na_value=np.nan)
-        acked = (w["type"] == "ok").to_numpy()
+        acked = equals(w["type"], "ok")
 
         # lo: after every write acknowledged (with a known offset) before this one's send.
         a = np.flatnonzero(acked & ~np.isnan(known_np) & ~np.isnan(done))
