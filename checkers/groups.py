@@ -28,20 +28,89 @@ def _record(type, row, detail, offset, witnessed) -> dict:
             "witnesses": witnesses(*witnessed)}
 
 
-def _sought_below(seeks: pd.DataFrame, procs: np.ndarray, after: np.ndarray,
+def _is(col: pd.Series, *values: str) -> np.ndarray:
+    """col is one of values, comparing each distinct string once rather than per row."""
+    codes, uniq = pd.factorize(col.to_numpy(dtype=object))
+    return np.r_[[u in values for u in uniq], False].astype(bool)[codes]
+
+
+class _Steps:
+    """The columns of one partition's offset steps the checks use, as numpy arrays
+    indexed by row position in pl.offsets (the full rows are read only to report)."""
+
+    def __init__(self, o: pd.DataFrame) -> None:
+        def ints(name):
+            return (o[name].to_numpy(dtype=np.int64, na_value=0),
+                    o[name].isna().to_numpy(dtype=bool))
+
+        self.off, off_na = ints("offset")
+        # Each step's effect window.
+        self.eff_inv, inv_na = ints("t_begin")
+        self.eff_cmp, cmp_na = ints("t_done")
+        self.complete, complete_na = ints("complete_index")
+        # Kept nullable, and made int64 where used: a missing one fails there as ever.
+        self.invoke = o["invoke_index"].array
+        self.op = o["op"].array
+        # The float views stale_fetches compares in (NaN where missing).
+        self.off_f = np.where(off_na, np.nan, self.off.astype(float))
+        self.eff_inv_f = np.where(inv_na, np.nan, self.eff_inv.astype(float))
+        self.eff_cmp_f = np.where(cmp_na, np.nan, self.eff_cmp.astype(float))
+        status = o["status"]
+        self.committed = _is(status, COMMITTED)
+        self.unknown = _is(status, UNKNOWN)
+        self.proc = o["process"].to_numpy(dtype=object)
+        self.pcode = pd.factorize(self.proc, sort=True)[0]
+        self.commit = (_is(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
+                       & (~self.committed | ~cmp_na))
+        self.fetch = _is(o["f"], "fetch_offsets") & ~complete_na
+
+
+class _Seeks:
+    """Per process, the (invoke_index, offset) of its seeks of the partition, sorted by
+    invoke_index; built on first use, as most partitions need none."""
+
+    def __init__(self, positions: pd.DataFrame) -> None:
+        self._positions = positions
+        self._by: dict | None = None
+
+    def of(self, process):
+        if self._by is None:
+            pos = self._positions
+            seek = np.flatnonzero(_is(pos["type"], "seek"))
+            code, procs = pd.factorize(pos["process"].to_numpy(dtype=object)[seek])
+            order = np.argsort(code, kind="stable")
+            bounds = np.searchsorted(code[order], np.arange(len(procs) + 1))
+            self._by = {p: seek[order[a:b]] for p, a, b in zip(procs, bounds[:-1], bounds[1:])}
+        if process not in self._by:
+            return None
+        rows = self._by[process]
+        at = self._positions["invoke_index"].array[rows].to_numpy(dtype=np.int64)
+        off = self._positions["offset"].array[rows].to_numpy(dtype=np.int64)
+        # Ties in invoke_index fall in or out of a window together, so their order does
+        # not change any window's minimum.
+        order = np.argsort(at, kind="stable")
+        return at[order], off[order]
+
+
+def _by_eff_cmp(rows: np.ndarray, st: _Steps) -> np.ndarray:
+    # Quicksort, as pandas' sort_values: the order among commits completing at the same
+    # index (send_offsets of one transaction) decides which one an anomaly names.
+    return rows[np.argsort(st.eff_cmp[rows], kind="quicksort")]
+
+
+def _sought_below(seeks: _Seeks, procs: np.ndarray, after: np.ndarray,
                   before: np.ndarray, below: np.ndarray) -> np.ndarray:
     """For each i: did process procs[i] seek to an offset < below[i] in an op invoked
     strictly between after[i] and before[i]?"""
     out = np.zeros(len(procs), dtype=bool)
-    if not len(procs) or seeks.empty:
+    if not len(procs):
         return out
-    for p, g in seeks.groupby("process"):
-        mine = np.flatnonzero(procs == p)
-        if not len(mine):
+    for p in set(procs):
+        sought = seeks.of(p)
+        if sought is None:
             continue
-        g = g.sort_values("invoke_index")
-        at = g["invoke_index"].to_numpy(dtype=np.int64)
-        off = g["offset"].to_numpy(dtype=np.int64)
+        mine = np.flatnonzero(procs == p)
+        at, off = sought
         lo = np.searchsorted(at, after[mine], side="right")
         hi = np.searchsorted(at, before[mine], side="left")
         some = lo < hi
@@ -52,7 +121,8 @@ def _sought_below(seeks: pd.DataFrame, procs: np.ndarray, after: np.ndarray,
     return out
 
 
-def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[dict]:
+def regressions(o: pd.DataFrame, st: _Steps, commits: np.ndarray, seeks: _Seeks,
+                group: str) -> list[dict]:
     """offset_regression: a successful commit of a group's offset for a partition is
     lower than one the same process made that completed before it was invoked (in
     effect windows), and that process did not seek the partition below the earlier
@@ -61,34 +131,36 @@ def regressions(commits: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[
     commit its offsets, in any order (manual assignment), so a lower commit by another
     process is the application's doing; fetches still must see the latest commit
     (stale_offset_fetch)."""
-    c = commits[commits["outcome"] == COMMITTED]
+    c = commits[st.committed[commits]]
     out: list[dict] = []
-    for _, cp in c.groupby("process", sort=True):
-        out += _regressions_of(cp.sort_values("eff_cmp").reset_index(drop=True), seeks,
-                               group)
+    for p in np.unique(st.pcode[c]):
+        if p >= 0:
+            out += _regressions_of(o, st, _by_eff_cmp(c[st.pcode[c] == p], st), seeks,
+                                   group)
     return out
 
 
-def _regressions_of(c: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[dict]:
-    """offset_regression among the successful commits of one process, sorted by eff_cmp."""
+def _regressions_of(o: pd.DataFrame, st: _Steps, c: np.ndarray, seeks: _Seeks,
+                    group: str) -> list[dict]:
+    """offset_regression among the successful commits (rows of o) of one process,
+    sorted by eff_cmp."""
     out: list[dict] = []
     if len(c) < 2:
         return out
-    done = c["eff_cmp"].to_numpy(dtype=np.int64)
-    offs = c["offset"].to_numpy(dtype=np.int64)
+    done = st.eff_cmp[c]
+    offs = st.off[c]
     best = np.maximum.accumulate(offs)
     # Where each running maximum was set.
     arg = np.maximum.accumulate(np.where(np.r_[True, offs[1:] > best[:-1]],
                                          np.arange(len(offs)), 0))
-    k = np.searchsorted(done, c["eff_inv"].to_numpy(dtype=np.int64), side="left") - 1
-    procs = c["process"].to_numpy(dtype=object)
-    inv = c["invoke_index"].to_numpy(dtype=np.int64)
-    eff_inv = c["eff_inv"].to_numpy(dtype=np.int64)
+    eff_inv = st.eff_inv[c]
+    k = np.searchsorted(done, eff_inv, side="left") - 1
     cand = np.flatnonzero((k >= 0) & (best[np.maximum(k, 0)] > offs))
     prev = arg[k[cand]]
-    rewound = _sought_below(seeks, procs[cand], eff_inv[prev], inv[cand], offs[prev])
+    inv = st.invoke[c].to_numpy(dtype=np.int64)
+    rewound = _sought_below(seeks, st.proc[c][cand], eff_inv[prev], inv[cand], offs[prev])
     for j, p in zip(cand[~rewound], prev[~rewound]):
-        row, prev_row = c.iloc[j], c.iloc[p]
+        row, prev_row = o.iloc[c[j]], o.iloc[c[p]]
         out.append(_record(
             "offset_regression", row,
             f"group {group} committed offset {num(row['offset'])} ({row['f']} op "
@@ -99,7 +171,8 @@ def _regressions_of(c: pd.DataFrame, seeks: pd.DataFrame, group: str) -> list[di
     return out
 
 
-def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> list[dict]:
+def stale_fetches(o: pd.DataFrame, st: _Steps, commits: np.ndarray, fetches: np.ndarray,
+                  group: str) -> list[dict]:
     """stale_offset_fetch: a fetch_offsets that returned, for a partition, an offset no
     commit it could observe wrote. It may return the offset of a successful commit that
     completed before the fetch was invoked and was not followed by another such commit
@@ -108,28 +181,31 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
     Before any successful commit completed, it may return none, or only such a racing
     or uncertain commit."""
     out: list[dict] = []
-    if fetches.empty:
+    if not len(fetches):
         return out
-    sure = commits[(commits["outcome"] == COMMITTED).to_numpy(dtype=bool)].sort_values("eff_cmp")
-    maybe = commits[commits["outcome"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool)]
-    s_inv = sure["eff_inv"].to_numpy(dtype=np.int64)
-    s_cmp = sure["eff_cmp"].to_numpy(dtype=np.int64)
-    s_off = sure["offset"].to_numpy(dtype=np.int64)
-    s_op = sure["op"].to_numpy(dtype=np.int64)
+    sure = _by_eff_cmp(commits[st.committed[commits]], st)
+    maybe = commits[(st.committed | st.unknown)[commits]]
+    s_inv = st.eff_inv[sure]
+    s_cmp = st.eff_cmp[sure]
+    s_off = st.off[sure]
+    s_op = st.op[sure].to_numpy(dtype=np.int64)
     latest_inv = np.maximum.accumulate(s_inv)
-    m_inv = maybe["eff_inv"].to_numpy(dtype=float, na_value=np.nan)
-    m_cmp = maybe["eff_cmp"].to_numpy(dtype=float, na_value=np.nan)
-    m_sure = (maybe["outcome"] == COMMITTED).to_numpy(dtype=bool)
-    m_off = maybe["offset"].to_numpy(dtype=float, na_value=np.nan)
-    f_inv = fetches["invoke_index"].to_numpy(dtype=np.int64)
-    f_cmp = fetches["complete_index"].to_numpy(dtype=np.int64)
-    f_off = fetches["offset"].to_numpy(dtype=float, na_value=np.nan)
+    m_inv = st.eff_inv_f[maybe]
+    m_cmp = st.eff_cmp_f[maybe]
+    m_sure = st.committed[maybe]
+    m_off = st.off_f[maybe]
+    f_inv = st.invoke[fetches].to_numpy(dtype=np.int64)
+    f_cmp = st.complete[fetches]
+    f_off = st.off_f[fetches]
     done = np.searchsorted(s_cmp, f_inv, side="left")    # sure[:done] completed before
     # Most fetches return the latest commit (or none before the first): only the
     # others need the full rule.
     latest_off = (np.where(done > 0, s_off[np.maximum(done - 1, 0)], np.nan) if len(s_off)
                   else np.full(len(f_inv), np.nan))
     same = (latest_off == f_off) | (np.isnan(latest_off) & np.isnan(f_off))
+    # Commits by offset, to test one returned offset without building the whole set.
+    by_off = np.argsort(m_off, kind="stable")
+    sorted_off = m_off[by_off]
 
     def racing_offsets(i: int) -> set[int]:
         """Offsets of commits that may have taken effect while fetch i was in flight, or
@@ -137,31 +213,42 @@ def stale_fetches(commits: pd.DataFrame, fetches: pd.DataFrame, group: str) -> l
         racing = (m_inv < f_cmp[i]) & (~m_sure | ~(m_cmp < f_inv[i]))
         return {int(x) for x in m_off[racing] if not np.isnan(x)}
 
+    def racing_wrote(i: int, got: int) -> bool:
+        """Whether got is in racing_offsets(i)."""
+        m = by_off[np.searchsorted(sorted_off, got, side="left"):
+                   np.searchsorted(sorted_off, got, side="right")]
+        return bool(((m_inv[m] < f_cmp[i]) & (~m_sure[m] | ~(m_cmp[m] < f_inv[i]))).any())
+
     for i in np.flatnonzero(~same):
         k = done[i]
         got = None if np.isnan(f_off[i]) else int(f_off[i])
+        if k == 0 and got is None:
+            continue
+        if got is not None:
+            if k > 0:
+                j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
+                if (s_off[j:k] == got).any():
+                    continue
+            if racing_wrote(int(i), got):
+                continue
         # What it may see besides racing commits: before any commit completed, nothing;
         # after, the latest that completed before it began, not superseded (a suffix).
         if k == 0:
             latest, why = set(), "no commit had completed before the fetch began"
             latest_ops: list = []
-            if got is None:
-                continue
         else:
             j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
             latest = {int(x) for x in s_off[j:k]}
             latest_ops = s_op[j:k][:3].tolist()
             why = f"offset {max(latest)} was committed before the fetch began"
         allowed = latest | racing_offsets(int(i))
-        if got in allowed:
-            continue
-        f = fetches.iloc[i]
+        f = o.iloc[fetches[i]]
         shown = (["none"] if k == 0 else []) + [str(x) for x in sorted(allowed)]
         out.append(_record(
             "stale_offset_fetch", f,
             f"group {group} fetch returned offset {got if got is not None else 'none'}, "
             f"but {why} (allowed: [{', '.join(shown)}])", f["offset"],
-            [(f["op"], "fetch"), *((o, "latest commit") for o in latest_ops)]))
+            [(f["op"], "fetch"), *((op, "latest commit") for op in latest_ops)]))
     return out
 
 
@@ -169,19 +256,19 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     out: list[dict] = []
     if pl.offsets.empty:
         return []
-    o = pl.offsets.rename(columns={"status": "outcome", "t_begin": "eff_inv",
-                                   "t_done": "eff_cmp"})
-    o = o[o["group"].notna().to_numpy(dtype=bool)]
-    seeks = pl.positions[(pl.positions["type"] == "seek").to_numpy(dtype=bool)]
-    for group, g in o.groupby("group"):
-        commits = g[(g["f"].isin(["commit_offsets", "send_offsets"]) & g["offset"].notna()
-                     & g["eff_inv"].notna()).to_numpy(dtype=bool)]
-        commits = commits[((commits["outcome"] != COMMITTED) | commits["eff_cmp"].notna())
-                          .to_numpy(dtype=bool)]
-        fetches = g[((g["f"] == "fetch_offsets") & g["complete_index"].notna())
-                    .to_numpy(dtype=bool)]
-        out += regressions(commits, seeks, group)
-        out += stale_fetches(commits, fetches, group)
+    o = pl.offsets
+    gcode, names = pd.factorize(o["group"], sort=True)
+    if len(names):
+        st = _Steps(o)
+        seeks = _Seeks(pl.positions)
+        # Each group's rows, in log order.
+        rows = np.argsort(gcode, kind="stable")
+        bounds = np.searchsorted(gcode[rows], np.arange(len(names) + 1))
+        for g, group in enumerate(names):
+            mine = rows[bounds[g]:bounds[g + 1]]
+            commits = mine[st.commit[mine]]
+            out += regressions(o, st, commits, seeks, group)
+            out += stale_fetches(o, st, commits, mine[st.fetch[mine]], group)
     return [engine.anomalies(out)]
 
 
