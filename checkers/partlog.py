@@ -83,6 +83,23 @@ def equals(col: pd.Series, *values: str) -> np.ndarray:
         return col.isin(values).fillna(False).to_numpy(dtype=bool)
 
 
+def sort_order(*keys: np.ndarray) -> np.ndarray:
+    """np.lexsort(keys) (last key primary), for integer-valued keys."""
+    ints = [k.astype(np.int64) for k in keys]
+    if len(ints[0]):
+        lows = [int(k.min()) for k in ints]
+        spans = [int(k.max()) - lo + 1 for k, lo in zip(ints, lows)]
+        if np.prod(spans, dtype=object) < 2 ** 62:
+            # One stable argsort of a combined key is several times faster than
+            # lexsort's pass per key, and gives the same order.
+            key = np.zeros(len(ints[0]), dtype=np.int64)
+            for k, lo, span in zip(ints[::-1], lows[::-1], spans[::-1]):
+                key *= span
+                key += k - lo
+            return np.argsort(key, kind="stable")
+    return np.lexsort(ints)
+
+
 class PartitionLog:
     """One partition's steps (a pandas frame of LOG_SCHEMA), and what follows from them."""
 
@@ -174,27 +191,64 @@ class PartitionLog:
         # Built column by column in numpy: pandas' concat and sort of nullable and
         # all-None columns cost many times more at millions of rows.
         parts = (self.reads, self.positions)
-        cols: dict = {}
-        for c in ("process", "kind", "isolation", "txn", "txn_outcome", "type"):
-            cols[c] = np.concatenate([p[c].to_numpy(dtype=object) for p in parts])
-        for c in ("op", "rec", "offset", "invoke_index", "complete_index"):
-            cols[c] = np.concatenate([p[c].to_numpy(dtype=float, na_value=np.nan) for p in parts])
-        cols["final"] = np.concatenate([p["final"].fillna(False).to_numpy(dtype=bool)
-                                        for p in parts])
-        cols["value"] = pd.arrays.IntegerArray(
-            np.concatenate([p["value"].to_numpy(dtype=np.int64, na_value=0) for p in parts]),
-            np.concatenate([p["value"].isna().to_numpy(dtype=bool) for p in parts]))
-        order = np.lexsort((np.nan_to_num(cols["rec"], nan=-1.0),
-                            np.nan_to_num(cols["invoke_index"], nan=-1.0),
-                            pd.factorize(cols["process"], sort=True)[0]))
-        s = pd.DataFrame({c: v[order] for c, v in cols.items()})
-        is_pos = (s["kind"] == POSITION).to_numpy()
-        proc = s["process"].to_numpy(dtype=object)
-        new_proc = np.r_[True, proc[1:] != proc[:-1]]
+        nr, n = len(self.reads), len(self.reads) + len(self.positions)
+        # Each part holds one kind, so per-part tests on the small or typed columns
+        # stand in for object comparisons over the whole concatenation.
+        pos_col = np.r_[np.zeros(nr, dtype=bool), np.ones(n - nr, dtype=bool)]
+        seek_col = np.r_[np.zeros(nr, dtype=bool), equals(self.positions["type"], "seek")]
+        outcome = self.reads["txn_outcome"].to_numpy(dtype=object)
+        known = ~pd.isna(outcome)
+        retr_col = np.zeros(n, dtype=bool)
+        # Missing outcomes (most reads) compare slowly and are never ABORTED.
+        retr_col[:nr][known] = outcome[known] == ABORTED
+        process = np.concatenate([p["process"].to_numpy(dtype=object) for p in parts])
+        codes = pd.factorize(process, sort=True)[0]
+        rec = np.concatenate([p["rec"].to_numpy(dtype=float, na_value=np.nan) for p in parts])
+        inv = np.concatenate([p["invoke_index"].to_numpy(dtype=float, na_value=np.nan)
+                              for p in parts])
+        # Each part is in (invoke_index, rec) order already, so that sort is a merge,
+        # and a stable sort by the few process codes after it is a radix sort.
+        order = sort_order(np.nan_to_num(rec, nan=-1.0), np.nan_to_num(inv, nan=-1.0))
+        order = order[np.argsort(codes[order].astype(np.int16) if len(codes) and
+                                 codes.max() < 2 ** 15 else codes[order], kind="stable")]
+        # One 2-D object block: a frame of separate object columns would be stacked
+        # into one by pandas, a second copy.
+        obj_names = ("process", "kind", "isolation", "txn", "txn_outcome", "type")
+        obj = np.empty((len(obj_names), n), dtype=object)
+        is_pos = pos_col[order]
+        obj[0] = process[order]
+        obj[1] = np.array([READ, POSITION], dtype=object)[is_pos.view(np.int8)]
+        # Scattered straight to their rows: one pass over each object column, not a
+        # concatenation and then a take.
+        rank = np.empty(n, dtype=np.intp)
+        rank[order] = np.arange(n)
+        for j, c in enumerate(obj_names[2:], 2):
+            obj[j, rank[:nr]] = self.reads[c].to_numpy(dtype=object)
+            obj[j, rank[nr:]] = self.positions[c].to_numpy(dtype=object)
+        # Strings and None only: pandas' look for dates in object columns finds none.
+        s = pd.DataFrame(obj.T, columns=list(obj_names), dtype=object, copy=False)
+        s["op"] = np.concatenate([p["op"].to_numpy(dtype=float, na_value=np.nan)
+                                  for p in parts])[order]
+        s["rec"] = rec[order]
+        s["offset"] = np.concatenate([p["offset"].to_numpy(dtype=float, na_value=np.nan)
+                                      for p in parts])[order]
+        s["invoke_index"] = inv[order]
+        s["complete_index"] = np.concatenate([
+            p["complete_index"].to_numpy(dtype=float, na_value=np.nan) for p in parts])[order]
+        fin = np.concatenate([p["final"].fillna(False).to_numpy(dtype=bool) for p in parts])[order]
+        s["final"] = fin
+        s["value"] = pd.arrays.IntegerArray(
+            np.concatenate([p["value"].to_numpy(dtype=np.int64, na_value=0) for p in parts])[order],
+            np.concatenate([p["value"].isna().to_numpy(dtype=bool) for p in parts])[order])
+        proc = obj[0]
+        pcodes = codes[order]
+        # Equal codes are equal processes unless nulls (all -1) are among them.
+        new_proc = np.r_[True, pcodes[1:] != pcodes[:-1]] if pcodes.min(initial=0) >= 0 \
+            else np.r_[True, proc[1:] != proc[:-1]]
         # Isolation and final flag of the latest read at or before each step.
-        last_read = np.maximum.accumulate(np.where(~is_pos, np.arange(len(s)), 0))
-        iso = s["isolation"].to_numpy(dtype=object)[last_read]
-        fin = s["final"].to_numpy(dtype=bool)[last_read]
+        last_read = np.maximum.accumulate(np.where(~is_pos, np.arange(n), 0))
+        iso = obj[2][last_read]
+        fin = fin[last_read]
         iso_change = np.r_[True, iso[1:] != iso[:-1]] & ~is_pos
         fin_change = np.r_[True, fin[1:] != fin[:-1]] & ~is_pos
         prev_pos = np.r_[False, is_pos[:-1]]
@@ -202,12 +256,11 @@ class PartitionLog:
         new_run = new_proc | is_pos | ((iso_change | fin_change) & ~prev_pos)
         s["run"] = np.cumsum(new_run)
         starts = np.flatnonzero(new_run)
-        first = np.repeat(starts, np.diff(np.r_[starts, len(s)]))
-        is_seek = is_pos & (s["type"] == "seek").to_numpy(dtype=bool)
-        offsets = s["offset"].to_numpy()
-        s["start"] = np.where(is_seek[first], offsets[first], np.nan)
-        s["start_op"] = np.where(is_seek[first], s["op"].to_numpy()[first], np.nan)
-        s["retracted"] = ((s["kind"] == READ) & (s["txn_outcome"] == ABORTED)).to_numpy(dtype=bool)
+        lengths = np.diff(np.r_[starts, n])
+        is_seek = seek_col[order][starts]
+        s["start"] = np.repeat(np.where(is_seek, s["offset"].to_numpy()[starts], np.nan), lengths)
+        s["start_op"] = np.repeat(np.where(is_seek, s["op"].to_numpy()[starts], np.nan), lengths)
+        s["retracted"] = retr_col[order]
         return s
 
     @cached_property
