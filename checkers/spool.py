@@ -67,9 +67,9 @@ class StepSpool:
     Spark reads a row group in one task, so every task sees all the steps of the
     partitions it is given (checkers/engine.py), with no shuffle at check time.
 
-    Each block file holds one record batch per partition, so `finish` reads, for one
-    bucket at a time, only the batches of that bucket's partitions: its memory is one
-    bucket's steps, not the whole table."""
+    Each block file holds one record batch per partition, so `finish` reads, for each
+    bucket (two at a time), only the batches of that bucket's partitions: its memory is
+    two buckets' steps, not the whole table."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
