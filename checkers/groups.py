@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED, UNKNOWN
 
 TYPES = of_family("groups")
@@ -26,12 +26,6 @@ def _record(type, row, detail, offset, witnessed) -> dict:
             "op": num(row["op"]), "topic": row["topic"], "partition": num(row["partition"]),
             "offset": num(offset), "value": None, "txn": row["txn"], "detail": detail,
             "witnesses": witnesses(*witnessed)}
-
-
-def _is(col: pd.Series, *values: str) -> np.ndarray:
-    """col is one of values, comparing each distinct string once rather than per row."""
-    codes, uniq = pd.factorize(col.to_numpy(dtype=object))
-    return np.r_[[u in values for u in uniq], False].astype(bool)[codes]
 
 
 class _Steps:
@@ -56,13 +50,13 @@ class _Steps:
         self.eff_inv_f = np.where(inv_na, np.nan, self.eff_inv.astype(float))
         self.eff_cmp_f = np.where(cmp_na, np.nan, self.eff_cmp.astype(float))
         status = o["status"]
-        self.committed = _is(status, COMMITTED)
-        self.unknown = _is(status, UNKNOWN)
+        self.committed = equals(status, COMMITTED)
+        self.unknown = equals(status, UNKNOWN)
         self.proc = o["process"].to_numpy(dtype=object)
         self.pcode = pd.factorize(self.proc, sort=True)[0]
-        self.commit = (_is(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
+        self.commit = (equals(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
                        & (~self.committed | ~cmp_na))
-        self.fetch = _is(o["f"], "fetch_offsets") & ~complete_na
+        self.fetch = equals(o["f"], "fetch_offsets") & ~complete_na
 
 
 class _Seeks:
@@ -76,7 +70,7 @@ class _Seeks:
     def of(self, process):
         if self._by is None:
             pos = self._positions
-            seek = np.flatnonzero(_is(pos["type"], "seek"))
+            seek = np.flatnonzero(equals(pos["type"], "seek"))
             code, procs = pd.factorize(pos["process"].to_numpy(dtype=object)[seek])
             order = np.argsort(code, kind="stable")
             bounds = np.searchsorted(code[order], np.arange(len(procs) + 1))
@@ -207,41 +201,34 @@ def stale_fetches(o: pd.DataFrame, st: _Steps, commits: np.ndarray, fetches: np.
     by_off = np.argsort(m_off, kind="stable")
     sorted_off = m_off[by_off]
 
-    def racing_offsets(i: int) -> set[int]:
-        """Offsets of commits that may have taken effect while fetch i was in flight, or
-        of uncertain outcome and invoked before it completed."""
-        racing = (m_inv < f_cmp[i]) & (~m_sure | ~(m_cmp < f_inv[i]))
-        return {int(x) for x in m_off[racing] if not np.isnan(x)}
-
-    def racing_wrote(i: int, got: int) -> bool:
-        """Whether got is in racing_offsets(i)."""
-        m = by_off[np.searchsorted(sorted_off, got, side="left"):
-                   np.searchsorted(sorted_off, got, side="right")]
-        return bool(((m_inv[m] < f_cmp[i]) & (~m_sure[m] | ~(m_cmp[m] < f_inv[i]))).any())
+    def racing(i: int, m) -> np.ndarray:
+        """Which of the commits m (rows of maybe) may have taken effect while fetch i
+        was in flight, or were of uncertain outcome and invoked before it completed."""
+        return (m_inv[m] < f_cmp[i]) & (~m_sure[m] | ~(m_cmp[m] < f_inv[i]))
 
     for i in np.flatnonzero(~same):
         k = done[i]
         got = None if np.isnan(f_off[i]) else int(f_off[i])
         if k == 0 and got is None:
             continue
-        if got is not None:
-            if k > 0:
-                j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
-                if (s_off[j:k] == got).any():
-                    continue
-            if racing_wrote(int(i), got):
-                continue
         # What it may see besides racing commits: before any commit completed, nothing;
-        # after, the latest that completed before it began, not superseded (a suffix).
+        # after, the latest that completed before it began, not superseded (the suffix
+        # sure[j:k]).
+        j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right") if k > 0 else k
+        if got is not None:
+            wrote = by_off[np.searchsorted(sorted_off, got, side="left"):
+                           np.searchsorted(sorted_off, got, side="right")]
+            if (s_off[j:k] == got).any() or racing(int(i), wrote).any():
+                continue
         if k == 0:
             latest, why = set(), "no commit had completed before the fetch began"
             latest_ops: list = []
         else:
-            j = np.searchsorted(s_cmp, latest_inv[k - 1], side="right")
             latest = {int(x) for x in s_off[j:k]}
             latest_ops = s_op[j:k][:3].tolist()
             why = f"offset {max(latest)} was committed before the fetch began"
-        allowed = latest | racing_offsets(int(i))
+        allowed = latest | {int(x) for x in m_off[racing(int(i), slice(None))]
+                            if not np.isnan(x)}
         f = o.iloc[fetches[i]]
         shown = (["none"] if k == 0 else []) + [str(x) for x in sorted(allowed)]
         out.append(_record(
