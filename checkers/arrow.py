@@ -48,6 +48,15 @@ def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = N
     return idx
 
 
+def hashed(index: pd.Index) -> pd.Index:
+    """`index` with its hash table built: pandas builds it on the first lookup, and two
+    threads making that first lookup together can each see a half-built table (a
+    unique index then claims to have duplicates)."""
+    if len(index):
+        index.get_indexer(index[:1])
+    return index
+
+
 def take_rows(table: pa.Table, idx: np.ndarray, cols: list[str], prefix: str = "") -> dict:
     """Columns of `table` at rows idx (null where idx is -1), named prefix + column."""
     missing = idx < 0
@@ -100,10 +109,6 @@ def ordered(cols: dict, name: str) -> pa.Table:
 
 def empty_frame(name: str) -> pd.DataFrame:
     return SCHEMAS[name].empty_table().to_pandas(types_mapper=nullable)
-
-
-def distinct(table: pa.Table) -> pa.Table:
-    return table.group_by(table.column_names).aggregate([])
 
 
 def to_arrow(name: str, df: pd.DataFrame) -> pa.Table:

@@ -8,14 +8,13 @@ value.
 
 Memory is bounded by everything but the polls' records: those are most of a history
 (a poll returns many records, and each becomes a read and a step), so they go to disk
-block by block as the JSONL streams in, are joined a block at a time, and the steps are
-spooled and regrouped by partition on disk (checkers/spool.py).
+block by block as the JSONL streams in, grouped by partition, and each partition's are
+joined only as its bucket of steps is written (checkers/spool.py).
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +26,10 @@ import pyarrow.parquet as pq
 from . import txn_status
 from .arrow import (
     concat_frames,
-    distinct,
     empty_frame,
     explode,
     explode_frame,
+    hashed,
     ints,
     nullable,
     ordered,
@@ -41,7 +40,7 @@ from .arrow import (
     value_field,
 )
 from .history import EVENT, NEMESIS, HistoryError, events_table, nemesis_values
-from .spool import PollSpool, StepSpool
+from .spool import Partitions, PollSpool, StepSpool
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
 
@@ -115,7 +114,7 @@ class WriteIndex:
     def __init__(self, writes: pa.Table) -> None:
         self.writes = writes
         values, valid = ints(writes.column("value"))
-        self.values = pd.Index(values[valid])
+        self.values = hashed(pd.Index(values[valid]))
         self.rows = np.flatnonzero(valid)
 
     def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -227,6 +226,10 @@ _STEP_COLUMNS = {
 }
 STEP_KINDS = {"writes": "w", "reads": "r", "positions": "p", "watermarks": "m", "offsets": "o"}
 
+# (steps column, reads column) of each column of the reads that their steps keep.
+READ_COLUMNS = [(step, _STEP_COLUMNS["r"].get(step, step)) for step in SCHEMAS["steps"].names
+                if _STEP_COLUMNS["r"].get(step, step) in SCHEMAS["reads"].names]
+
 
 def _visibility(r: pa.Table) -> pa.Array:
     """vis of each read (tables.py): 2 visible to read_committed readers, 1 to
@@ -268,9 +271,24 @@ def _faults(path: Path, ops: pd.DataFrame) -> pd.DataFrame:
     return faults
 
 
+def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index) -> pd.DataFrame:
+    """(process, topic, partition) of every process that read a partition."""
+    keys, procs = [], []
+    process = strings(ops_t.column("process"))
+    for p, ops in polls.reader_ops().items():
+        at = positions_in(ops_index, ops)
+        for name in pd.unique(process[at[at >= 0]]):
+            keys.append(polls.partitions.keys[p])
+            procs.append(name)
+    return pd.DataFrame({"process": pd.array(procs, dtype=object),
+                         "topic": pd.array([k[0] for k in keys], dtype=object),
+                         "partition": pd.array([k[1] for k in keys], dtype="Int64")})
+
+
 def write_tables(path: Path, out: Path, spool: Path) -> dict:
     """Write the tables of the JSONL history at `path` under `out`; return its stats."""
-    polls = PollSpool(spool)
+    partitions = Partitions()
+    polls = PollSpool(spool, partitions)
     events = events_table(path, sink=polls)
     ev = scalar_frame(events)
     f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
@@ -282,8 +300,9 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
     txns = txn_status.outcomes(ops)
     ops_t, txns_t = to_arrow("ops", ops), to_arrow("txns", txns)
-    ops_index = pd.Index(ops["op"].to_numpy(dtype=np.int64))
-    txns_index = pd.Index(txns["txn"].to_numpy(dtype=object))
+    # Hashed now: the reads are joined to them from two threads (checkers/spool.py).
+    ops_index = hashed(pd.Index(ops["op"].to_numpy(dtype=np.int64)))
+    txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
     writes = _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index)
     written = WriteIndex(writes)
     proven = txn_status.prove(txns, polls, ops_t, ops_index, written)
@@ -293,28 +312,19 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         writes = txn_status.rejoin_txns(writes, txns_t, txns_index)
         written = WriteIndex(writes)
 
-    steps = StepSpool(spool)
+    steps = StepSpool(spool, partitions)
     steps.add(_steps_of("writes", writes))
-    n_reads, seen = 0, [writes.select(["topic", "partition"]), _READERS.empty_table()]
-    with pq.ParquetWriter(out / "reads.parquet", SCHEMAS["reads"]) as sink, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-reads") as to_file, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-steps") as to_steps:
-        # While the next block is joined, this one is written to reads.parquet and to
-        # the steps spool, each by its own thread (in order): all three are mostly Arrow
-        # and Parquet work, without the GIL.
-        pending: list[Future] = []
-        for raw in polls.blocks():
-            reads = _reads(raw, ops_t, ops_index, txns_t, txns_index, written)
-            seen.append(distinct(reads.select(_READERS.names)))
-            n_reads += reads.num_rows
-            for done in pending:
-                done.result()
-            pending = [to_file.submit(sink.write_table, reads),
-                       to_steps.submit(lambda r: steps.add(_steps_of("reads", r)), reads)]
-        for done in pending:
-            done.result()
-    readers = distinct(pa.concat_tables(seen[1:]))
-    read_partitions = readers.to_pandas(types_mapper=nullable)
+
+    def reads_of(key) -> pa.Table | None:
+        # A partition's reads, joined when its bucket is written (checkers/spool.py).
+        raw = polls.records(partitions.ids[key])
+        if raw is None:
+            return None
+        return _steps_of("reads", _reads(raw, ops_t, ops_index, txns_t, txns_index, written))
+
+    steps.add_later(reads_of)
+    n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
+    read_partitions = _readers(polls, ops_t, ops_index)
     for name, table in (("ops", ops_t), ("txns", txns_t), ("writes", writes)):
         pq.write_table(table, out / f"{name}.parquet")
     # The tables made from the events, one at a time: each is written, spooled as steps
@@ -338,7 +348,6 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         if name in STEP_KINDS:
             steps.add(_steps_of(name, table))
         del table
-    partitions = distinct(pa.concat_tables([seen[0], readers.select(["topic", "partition"])]))
     stats = {
         "events": len(ev),
         "ops": len(ops),
@@ -351,13 +360,11 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         "faults": n_faults,
         "evidence": evidence,
         "steps": 0,
-        "partitions": partitions.num_rows,
+        "partitions": len(partitions.keys),
     }
-    # Nothing of the events is needed to regroup the steps: let it go first.
-    del events, ev, ops, ops_t, ops_index, txns, txns_t, txns_index, writes, written, seen
-    del makers, args, read_partitions, readers, partitions
+    # Nothing of the events is needed to regroup the steps: let them go first. The
+    # ops, transactions and writes stay: the reads are joined to them as their
+    # buckets are written.
+    del events, ev, ops, txns, makers, args, read_partitions
     stats["steps"] = steps.finish(out / "steps.parquet")
     return stats
-
-
-_READERS = pa.schema([SCHEMAS["reads"].field(n) for n in ("process", "topic", "partition")])

@@ -1,9 +1,16 @@
-"""The two spools that keep a conversion's memory bounded: the polls' records
-(PollSpool, moved to disk as the JSONL streams in) and the steps table (StepSpool,
-regrouped by partition on disk into the bucket files the checks read)."""
+"""The spools that keep a conversion's memory bounded: the polls' records (PollSpool,
+moved to disk as the JSONL streams in) and the steps (StepSpool), both kept on disk
+grouped by (topic, partition), then written as the bucket files the checks read.
+
+The reads are most of a history's steps (a poll returns many records, each a read),
+and joining one to its op, transaction and write makes a row of some thirty columns
+out of eight. So the polls' records are spooled narrow, and each partition's reads are
+joined only when its bucket is written (StepSpool.finish): the wide rows are made once,
+straight into the bucket file, and never spooled or sorted."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,16 +24,123 @@ from .arrow import explode, ints
 from .tables import SCHEMAS
 
 BUCKETS = 32  # at most this many steps files (Spark tasks)
+# Parquet's dictionary encoding pays for columns of few distinct values (names, kinds,
+# outcomes). Offsets, values, indexes and transaction ids are nearly all distinct: a
+# dictionary for them is built, outgrows its page and is thrown away. No statistics
+# either: a bucket is one row group, read whole, so they would never skip anything.
+_DICTIONARY = [f.name for f in SCHEMAS["steps"]
+               if f.type == pa.string() and f.name not in ("txn", "w_txn")]
+
+Key = tuple[str | None, int | None]
 
 
-class PollSpool:
-    """The records of ok polls, moved to disk as the JSONL streams in (a sink for
-    history.events_table): exploded per block (op, rec, topic, partition, offset, key,
-    value, source) into Arrow files, and taken out of the events kept in memory."""
+class Partitions:
+    """The (topic, partition)s a conversion meets, numbered in order of first
+    appearance, with the number of steps each will have (to balance the buckets)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self) -> None:
+        self.ids: dict[Key, int] = {}
+        self.keys: list[Key] = []
+        self.sizes: list[int] = []
+
+    def ids_of(self, table: pa.Table) -> np.ndarray:
+        """The partition id of each row of `table` (columns topic and partition)."""
+        # (topic, partition) keys, nulls distinct from every value: the topic's
+        # dictionary code (null its own) and the partition's factorized code (null
+        # its own), combined into one integer and factorized, so only the distinct
+        # keys are looked up in Python.
+        topic = pc.dictionary_encode(table.column("topic").combine_chunks(),
+                                     null_encoding="encode")
+        codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = topic.dictionary.to_pylist()
+        part, part_ok = ints(table.column("partition"))
+        pcodes, puniq = pd.factorize(np.where(part_ok, part, 0))
+        width = len(puniq) + 1
+        local, keys = pd.factorize(codes * width + np.where(part_ok, pcodes, len(puniq)))
+        ids = np.array([self._id((names[k // width],
+                                  int(puniq[k % width]) if k % width < len(puniq) else None))
+                        for k in keys.tolist()], dtype=np.int64)
+        return ids[local]
+
+    def _id(self, key: Key) -> int:
+        if key not in self.ids:
+            self.ids[key] = len(self.keys)
+            self.keys.append(key)
+            self.sizes.append(0)
+        return self.ids[key]
+
+
+class _Grouped:
+    """Tables spooled to disk a block at a time, each block file holding one record
+    batch per partition, so a partition's rows are read back without reading the
+    rest."""
+
+    def __init__(self, folder: Path, prefix: str, partitions: Partitions) -> None:
         self.folder = folder
-        self.files: list[Path] = []
+        self.prefix = prefix
+        self.partitions = partitions
+        # Per block file: partition id -> (the record batch of the file that holds its
+        # rows, how many).
+        self.blocks: list[tuple[Path, dict[int, tuple[int, int]]]] = []
+
+    def add(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
+        """Spool `table`; return its rows as (partition id, rows of that partition)."""
+        if not table.num_rows:
+            return []
+        pid = self.partitions.ids_of(table)
+        order = np.argsort(pid, kind="stable")
+        pid = pid[order]
+        cuts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
+        ends = np.r_[cuts[1:], len(pid)]
+        sorted_ = table.take(pa.array(order, type=pa.int64()))
+        where, groups = {}, []
+        path = self.folder / f"{self.prefix}-{len(self.blocks):06d}.arrow"
+        with pa.ipc.new_file(path, table.schema) as out:
+            for i, (a, b) in enumerate(zip(cuts, ends)):
+                p = int(pid[a])
+                self.partitions.sizes[p] += int(b - a)
+                where[p] = (i, int(b - a))
+                rows = sorted_.slice(int(a), int(b - a)).combine_chunks()
+                out.write_table(rows, max_chunksize=int(b - a))
+                groups.append((p, rows))
+        self.blocks.append((path, where))
+        return groups
+
+    def pieces(self, p: int) -> list[pa.RecordBatch]:
+        """Partition p's rows, block by block in the order they were added."""
+        out = []
+        for path, where in self.blocks:
+            if p in where:
+                # Read into memory (not a map, whose pages would stay resident).
+                with pa.OSFile(str(path)) as src:
+                    out.append(pa.ipc.open_file(src).get_batch(where[p][0]))
+        return out
+
+    def files(self):
+        """Every block, whole, in the order added."""
+        for path, _ in self.blocks:
+            with pa.OSFile(str(path)) as src:
+                yield pa.ipc.open_file(src).read_all()
+
+    def clear(self) -> None:
+        for path, where in self.blocks:
+            path.unlink(missing_ok=True)
+            for p, (_, n) in where.items():
+                self.partitions.sizes[p] -= n
+        self.blocks = []
+
+
+class PollSpool(_Grouped):
+    """The records of ok polls, moved to disk as the JSONL streams in (a sink for
+    history.events_table): exploded per block (op, rec, topic, partition, offset, value,
+    source; not the key, which no check reads), grouped by partition, and taken out of
+    the events kept in memory."""
+
+    def __init__(self, folder: Path, partitions: Partitions) -> None:
+        super().__init__(folder, "polls", partitions)
+        self.schema: pa.Schema | None = None
+        # Per partition id: the ops (polls) that returned records of it, block by block.
+        self.readers: dict[int, list[np.ndarray]] = {}
 
     def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         events = pa.Table.from_batches([batch])
@@ -35,11 +149,10 @@ class PollSpool:
         mask = polls.to_numpy()
         if not mask.any():
             return batch
-        exploded = explode(events, mask, "records")
-        path = self.folder / f"polls-{len(self.files):06d}.arrow"
-        with pa.ipc.new_file(path, exploded.schema) as out:
-            out.write_table(exploded)
-        self.files.append(path)
+        exploded = explode(events, mask, "records").drop_columns(["key"])
+        self.schema = exploded.schema
+        for p, rows in self.add(exploded):
+            self.readers.setdefault(p, []).append(np.unique(rows.column("op").to_numpy()))
         value = batch.column("value")
         fields = [value.field(i) for i in range(value.type.num_fields)]
         at = value.type.get_field_index("records")
@@ -51,102 +164,74 @@ class PollSpool:
             schema=batch.schema)
 
     def clear(self) -> None:
-        for path in self.files:
-            path.unlink(missing_ok=True)
-        self.files = []
+        super().clear()
+        self.readers = {}
 
-    def blocks(self):
-        for path in self.files:
-            with pa.memory_map(str(path)) as source:
-                yield pa.ipc.open_file(source).read_all()
+    def reader_ops(self) -> dict[int, np.ndarray]:
+        """Partition id -> the polls that returned any of its records."""
+        return {p: np.unique(np.concatenate(ops)) for p, ops in self.readers.items()}
+
+    def records(self, p: int) -> pa.Table | None:
+        """Partition p's poll records, or None when no poll returned any."""
+        pieces = self.pieces(p)
+        return pa.Table.from_batches(pieces, schema=self.schema) if pieces else None
 
 
-class StepSpool:
-    """The steps table, spooled to disk in blocks sorted by (topic, partition), then
-    written as bucket files that each hold whole partitions in one Parquet row group:
-    Spark reads a row group in one task, so every task sees all the steps of the
-    partitions it is given (checkers/engine.py), with no shuffle at check time.
+class StepSpool(_Grouped):
+    """The steps table, spooled to disk grouped by partition, then written as bucket
+    files that each hold whole partitions in one Parquet row group: Spark reads a row
+    group in one task, so every task sees all the steps of the partitions it is given
+    (checkers/engine.py), with no shuffle at check time.
 
-    Each block file holds one record batch per partition, so `finish` reads, for each
-    bucket (two at a time), only the batches of that bucket's partitions: its memory is
-    two buckets' steps, not the whole table."""
+    `finish` reads, for each bucket (two at a time), only the batches of that bucket's
+    partitions, and makes their reads then (`later`): its memory is two buckets'
+    steps, not the whole table."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.groups: dict[tuple, int] = {}
-        self.sizes: list[int] = []
-        # Per block file: group -> the record batch of the file that holds its steps.
-        self.blocks: list[tuple[Path, dict[int, int]]] = []
+    def __init__(self, folder: Path, partitions: Partitions) -> None:
+        super().__init__(folder, "steps", partitions)
+        # Steps made per partition when its bucket is written, after the blocks added
+        # so far (their place in each partition's order).
+        self.later: Callable[[Key], pa.Table | None] | None = None
+        self.later_at = 0
 
-    def add(self, table: pa.Table) -> None:
-        if not table.num_rows:
-            return
-        # (topic, partition) keys, nulls distinct from every value, numbered in order of
-        # first appearance: the topic's dictionary code (null its own) and the partition's
-        # factorized code (null its own), combined into one integer and factorized.
-        topic = pc.dictionary_encode(table.column("topic").combine_chunks(),
-                                     null_encoding="encode")
-        codes = topic.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        names = topic.dictionary.to_pylist()
-        part, part_ok = ints(table.column("partition"))
-        pcodes, puniq = pd.factorize(np.where(part_ok, part, 0))
-        width = len(puniq) + 1
-        local, keys = pd.factorize(codes * width + np.where(part_ok, pcodes, len(puniq)))
-        gids = np.array([self._group((names[k // width],
-                                      int(puniq[k % width]) if k % width < len(puniq) else None))
-                         for k in keys.tolist()], dtype=np.int64)
-        gid = gids[local]
-        order = np.argsort(gid, kind="stable")
-        gid = gid[order]
-        cuts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
-        ends = np.r_[cuts[1:], len(gid)]
-        sorted_ = table.take(pa.array(order, type=pa.int64()))
-        where = {}
-        path = self.folder / f"steps-{len(self.blocks):06d}.arrow"
-        with pa.ipc.new_file(path, table.schema) as out:
-            for i, (a, b) in enumerate(zip(cuts, ends)):
-                g = int(gid[a])
-                self.sizes[g] += int(b - a)
-                where[g] = i
-                out.write_table(sorted_.slice(int(a), int(b - a)).combine_chunks(),
-                                max_chunksize=int(b - a))
-        self.blocks.append((path, where))
-
-    def _group(self, key: tuple) -> int:
-        if key not in self.groups:
-            self.groups[key] = len(self.sizes)
-            self.sizes.append(0)
-        return self.groups[key]
+    def add_later(self, make: Callable[[Key], pa.Table | None]) -> None:
+        self.later, self.later_at = make, len(self.blocks)
 
     def finish(self, folder: Path) -> int:
         """Write the bucket files into `folder`; return the number of steps."""
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        n = max(1, min(BUCKETS, len(self.sizes)))
+        sizes, keys = self.partitions.sizes, self.partitions.keys
+        n = max(1, min(BUCKETS, len(sizes)))
         # Largest partitions first, each to the emptiest bucket: balanced tasks.
         load = [0] * n
         members: list[list[int]] = [[] for _ in range(n)]
-        for g in sorted(range(len(self.sizes)), key=lambda g: -self.sizes[g]):
+        for p in sorted(range(len(sizes)), key=lambda p: -sizes[p]):
             b = load.index(min(load))
-            load[b] += self.sizes[g]
-            members[b].append(g)
+            load[b] += sizes[p]
+            members[b].append(p)
         schema = SCHEMAS["steps"]
+        counts = [0] * n
 
         def write(b: int) -> None:
-            pieces = []
-            for g in members[b]:
-                for path, where in self.blocks:
-                    if g in where:
-                        # Read into memory (not a map, whose pages would stay resident).
-                        with pa.OSFile(str(path)) as src:
-                            pieces.append(pa.ipc.open_file(src).get_batch(where[g]))
-            part = pa.Table.from_batches(pieces, schema=schema) if pieces else schema.empty_table()
+            tables = []
+            for p in members[b]:
+                pieces = self.pieces(p)
+                if self.later is not None:
+                    made = self.later(keys[p])
+                    if made is not None and made.num_rows:
+                        at = sum(1 for path, where in self.blocks[:self.later_at] if p in where)
+                        pieces[at:at] = made.to_batches()
+                tables.append(pa.Table.from_batches(pieces, schema=schema))
+            part = pa.concat_tables(tables) if tables else schema.empty_table()
+            counts[b] = part.num_rows
             pq.write_table(part, folder / f"part-{b:05d}.parquet",
-                           row_group_size=max(1, part.num_rows))
+                           row_group_size=max(1, part.num_rows), use_dictionary=_DICTIONARY,
+                           write_statistics=False)
 
-        # Two buckets at a time: Parquet encodes without the GIL, and memory is still a
-        # couple of buckets' steps.
+        # Two buckets at a time: joins, Parquet encoding and file reads are mostly
+        # Arrow's, without the GIL, and memory is still a couple of buckets' steps.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="onceproof-buckets") as pool:
             list(pool.map(write, range(n)))
-        return sum(self.sizes)
+        return sum(counts)

@@ -1,7 +1,9 @@
 """A history's tables on disk: `convert` writes them as Parquet (one file, or for
 steps one folder of bucket files, per table of checkers/tables.py, and a manifest with
 the format version and stats); `read_parquet` opens such a folder as Tables, which
-become Spark DataFrames only when a check asks for one on Spark."""
+become Spark DataFrames only when a check asks for one on Spark. The reads are not a
+file of their own: every reader here gives them as the steps of kind r, renamed
+(flatten.READ_COLUMNS)."""
 from __future__ import annotations
 
 import json
@@ -9,14 +11,16 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .flatten import write_tables
+from .flatten import READ_COLUMNS, write_tables
 from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 4
+FORMAT = 5
+_READ_NAMES = {read: step for step, read in READ_COLUMNS}
 
 
 def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
@@ -25,7 +29,7 @@ def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     with tempfile.TemporaryDirectory(prefix="onceproof-") as d:
         convert(path, d)
         stats = json.loads((Path(d) / MANIFEST).read_text())["stats"]
-        tables = {name: pq.read_table(Path(d) / f"{name}.parquet") for name in TABLES}
+        tables = {name: read_table(d, name) for name in TABLES + ("reads",)}
     return tables, stats
 
 
@@ -62,6 +66,10 @@ class Tables:
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in SCHEMAS:
             raise AttributeError(name)
+        if name == "reads":
+            steps = self.steps
+            return steps.where(steps["kind"] == "r").select(
+                *(steps[step].alias(read) for step, read in READ_COLUMNS))
         if name not in self._frames:
             from .spark import struct_type
             self._frames[name] = self.spark.read.schema(struct_type(SCHEMAS[name])).parquet(
@@ -89,9 +97,21 @@ def read_manifest(directory: str | Path) -> dict:
 
 def read_table(directory: str | Path, name: str, columns: list[str] | None = None,
                filters=None) -> pa.Table:
-    """Table `name` of a converted folder, in Arrow (for small tables or few rows)."""
-    return pq.read_table(Path(directory) / f"{name}.parquet", columns=columns,
-                         filters=filters)
+    """Table `name` of a converted folder, in Arrow (for small tables or few rows);
+    filters in pyarrow's list form."""
+    if name != "reads":
+        return pq.read_table(Path(directory) / f"{name}.parquet", columns=columns,
+                             filters=filters)
+    wanted = columns or [read for _, read in READ_COLUMNS]
+    unknown = [c for c in wanted + [f[0] for f in filters or ()] if c not in _READ_NAMES]
+    if unknown:
+        raise KeyError(f"the reads keep no column {unknown[0]!r}; they keep "
+                       f"{', '.join(_READ_NAMES)}")
+    steps = pq.read_table(
+        Path(directory) / "steps.parquet", columns=["kind"] + [_READ_NAMES[c] for c in wanted],
+        filters=[("kind", "=", "r")] + [(_READ_NAMES[c], op, v) for c, op, v in filters or ()])
+    steps = steps.filter(pc.equal(steps.column("kind"), "r"))
+    return pa.table({c: steps.column(_READ_NAMES[c]) for c in wanted})
 
 
 def read_parquet(directory: str | Path, spark=None) -> Tables:

@@ -39,11 +39,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         *_OP_TIMES, ("txn_outcome", S), ("status", S), ("txn_begin_index", I),
         ("txn_commit_invoke_index", I), ("txn_commit_complete_index", I), ("final", B)),
     # One row per record a poll returned, in the order returned (rec), with what is
-    # known of the write of its value (w_*; w_found false when no send wrote it).
+    # known of the write of its value (w_*; w_found false when no send wrote it). The
+    # converter joins each read in this shape and stores it as a step (kind r, below):
+    # there is no reads file, and `reads` of a converted folder is its steps' reads
+    # (checkers/store.py), with the columns the steps keep.
     "reads": _schema(
         ("op", I), ("rec", I), ("process", S), ("txn", S), ("txn_outcome", S),
         ("isolation", S), ("group", S), ("final", B), ("topic", S), ("partition", I),
-        ("offset", I), ("key", S), ("value", I), *_OP_TIMES,
+        ("offset", I), ("value", I), *_OP_TIMES,
         ("w_found", B), ("w_op", I), ("w_process", S), ("w_txn", S), ("w_type", S),
         ("w_status", S), ("w_txn_outcome", S), ("w_topic", S), ("w_partition", I),
         ("w_offset", I), ("w_source", I), ("w_invoke_index", I), ("w_complete_index", I),
@@ -98,7 +101,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("high", I), ("lso", I), ("invoke_index", I), ("complete_index", I)),
 }
 
-TABLES = tuple(SCHEMAS)
+# The tables a converted folder holds as files.
+TABLES = tuple(n for n in SCHEMAS if n != "reads")
 
 # Write statuses (writes.status, reads.w_status).
 COMMITTED, ABORTED, FAILED, UNKNOWN = "committed", "aborted", "failed", "unknown"

@@ -96,7 +96,7 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     aborted_read)."""
     unknown = (txns["outcome"] == UNKNOWN).to_numpy(dtype=bool)
     w = written.writes
-    if not unknown.any() or not polls.files or not w.num_rows:
+    if not unknown.any() or not polls.blocks or not w.num_rows:
         return txns
     candidates = pd.Index(txns.loc[unknown, "txn"].to_numpy(dtype=object))
     w_txn = strings(w.column("txn"))
@@ -111,7 +111,7 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     w_part, w_part_ok = ints(w.column("partition"))
     never = np.iinfo(np.int64).max
     first: dict = {}
-    for raw in polls.blocks():
+    for raw in polls.files():
         # Few reads are of candidate transactions: pick them out before any join.
         mask = pc.fill_null(pc.is_in(raw.column("value"), value_set=cand_values), False)
         if not pc.any(mask).as_py():
