@@ -125,9 +125,12 @@ def pandas_checks(tables: Path) -> dict[str, int]:
     unknown offsets and uses each reader's scan; this is the simple version a person
     would write first, and a floor for what a single machine costs.)"""
     import pandas as pd
+
+    from onceproof.checkers.store import read_table
     w = pd.read_parquet(tables / "writes.parquet",
                         columns=["topic", "partition", "value", "offset", "type", "status"])
-    r = pd.read_parquet(tables / "reads.parquet", columns=["topic", "partition", "value", "offset"])
+    # The reads are the steps of kind r (docs/history.md, "Parquet tables").
+    r = read_table(tables, "reads", ["topic", "partition", "value", "offset"]).to_pandas()
     key = ["topic", "partition"]
     acks = w.loc[(w["type"] == "ok") & w["offset"].notna(), key + ["value", "offset"]]
     obs = pd.concat([acks, r], ignore_index=True).dropna(subset=["value", "offset"])
