@@ -27,8 +27,6 @@ from . import txn_status
 from .arrow import (
     concat_frames,
     empty_frame,
-    explode,
-    explode_frame,
     hashed,
     ints,
     nullable,
@@ -37,19 +35,11 @@ from .arrow import (
     strings,
     take_rows,
     to_arrow,
-    value_field,
 )
-from .history import EVENT, NEMESIS, HistoryError, events_table, nemesis_values
+from .extract import Extract
+from .history import NEMESIS, HistoryError, events_table, nemesis_values
 from .spool import Partitions, PollSpool, StepSpool
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
-
-
-def scalar_frame(table: pa.Table) -> pd.DataFrame:
-    """The events' top-level fields as pandas, nullable integers and booleans kept.
-    Strings are Python objects, each distinct string once (pyarrow deduplicates them):
-    a history repeats a few process, f and type names millions of times."""
-    cols = [n for n in EVENT.names if n != "value"]
-    return table.select(cols).to_pandas(types_mapper=nullable, deduplicate_objects=True)
 
 
 def _evidence(writes: pa.Table, n_reads: int, offsets: pd.DataFrame) -> dict[str, int]:
@@ -63,32 +53,41 @@ def _evidence(writes: pa.Table, n_reads: int, offsets: pd.DataFrame) -> dict[str
                             & offsets["complete_index"].notna()).sum()) if len(offsets) else 0}
 
 
-def _ops(events: pa.Table, ev: pd.DataFrame) -> pd.DataFrame:
-    inv_mask = (ev["type"] == "invoke").to_numpy(dtype=bool)
-    inv = ev[inv_mask].copy()
-    for key in ("isolation", "group", "tid", "timeout_ms"):
-        inv[key] = value_field(events, inv_mask, key)
-    done_mask = ~inv_mask
-    done = ev[done_mask][["op", "type", "index", "time", "error", "final"]].copy()
-    done["done_isolation"] = value_field(events, done_mask, "isolation")
-    ops = inv.merge(done, on="op", how="left", suffixes=("_inv", ""))
-    ops = ops.rename(columns={"index_inv": "invoke_index", "time_inv": "invoke_time",
-                              "index": "complete_index", "time": "complete_time"})
-    ops["type"] = ops["type"].fillna("info")
-    ops["final"] = ops["final_inv"].fillna(False) | ops["final"].fillna(False)
-    ops["error"] = ops["error"].combine_first(ops["error_inv"])
-    # A poll reports the isolation it used on completion if not on invoke.
-    # Kafka's default isolation is read_uncommitted.
-    iso = pd.Series(ops["isolation"], dtype="string").combine_first(
-        pd.Series(ops["done_isolation"], dtype="string"))
-    ops["isolation"] = iso.mask((ops["f"] == "poll") & iso.isna(), READ_UNCOMMITTED)
-    return ops.sort_values("invoke_index", kind="stable").reset_index(drop=True)
+def _ops(events: pa.Table) -> pa.Table:
+    """Each op: its invoke joined to its completion (events: extract.SCALARS, in
+    index order, so the ops come out in invoke order)."""
+    is_invoke = pc.equal(events.column("type"), "invoke")
+    inv, done = events.filter(is_invoke), events.filter(pc.invert(is_invoke))
+    at = positions_in(pd.Index(ints(done.column("op"))[0]), ints(inv.column("op"))[0])
+    d = take_rows(done, at, ["type", "index", "time", "error", "final", "isolation"])
+    # A poll reports the isolation it used on completion if not on invoke. Kafka's
+    # default isolation is read_uncommitted.
+    iso = pc.coalesce(inv.column("isolation"), d["isolation"])
+    polls = pc.equal(inv.column("f"), "poll")
+    iso = pc.if_else(pc.and_(polls, pc.is_null(iso)), READ_UNCOMMITTED, iso)
+    cols = {
+        "op": inv.column("op"), "process": inv.column("process"), "f": inv.column("f"),
+        "type": pc.fill_null(d["type"], "info"), "txn": inv.column("txn"),
+        "final": pc.or_(pc.fill_null(inv.column("final"), False),
+                        pc.fill_null(d["final"], False)),
+        "invoke_index": inv.column("index"), "complete_index": d["index"],
+        "invoke_time": inv.column("time"), "complete_time": d["time"],
+        "error": pc.coalesce(d["error"], inv.column("error")), "isolation": iso,
+        "group": inv.column("group"), "tid": inv.column("tid"),
+        "n_records": pc.fill_null(inv.column("n_records"), 0),
+        "timeout_ms": inv.column("timeout_ms"),
+    }
+    return pa.table(cols).cast(SCHEMAS["ops"])
 
 
-def _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    acked = explode(events, (f == "send") & (t == "ok"), "records")
-    asked = explode(events, (f == "send") & (t == "invoke"), "records")
+def _op_frame(ops_t: pa.Table, ops_index: pd.Index, op, cols: list[str]) -> pd.DataFrame:
+    """Columns `cols` of the op of each of `op` (null where there is none), as pandas."""
+    at = positions_in(ops_index, np.asarray(op, dtype=np.int64))
+    return pa.table(take_rows(ops_t, at, cols)).to_pandas(types_mapper=nullable)
+
+
+def _writes(path, lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
+    acked, asked = lists.table("acked"), lists.table("asked")
     asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
     asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
                              pa.nulls(asked.num_rows, pa.int64()))
@@ -149,25 +148,28 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteInde
     return ordered(cols, "reads")
 
 
-def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
+def _positions(lists: Extract, ops_t, ops_index, read_partitions: pd.DataFrame) -> pd.DataFrame:
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown; except, for an assign, the partitions it says the client `kept`
     (an incremental assignment keeps the positions of partitions that stay)."""
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    sought = explode_frame(events, (f == "seek") & (t == "invoke"), "positions")
-    sought = sought.merge(ops[["op", "process", "type", "invoke_index", "complete_index"]],
-                          on="op")
+    sought = lists.table("sought").to_pandas(types_mapper=nullable)
+    of_op = _op_frame(ops_t, ops_index, sought["op"],
+                      ["process", "type", "invoke_index", "complete_index"])
+    sought = pd.concat([sought, of_op], axis=1)
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
     lost["offset"] = pd.array([pd.NA] * len(lost), dtype="Int64")
     touched = concat_frames([read_partitions, sought[["process", "topic", "partition"]]]).drop_duplicates()
-    causes = ops[((ops["f"] == "assign") & (ops["type"] != "fail"))
-                 | ((ops["type"] == "info") & (ops["f"] != "seek"))]
-    causes = causes[causes["process"] != NEMESIS]
-    resets = causes[["op", "process", "f", "invoke_index", "complete_index"]].merge(
-        touched, on="process")
-    kept = explode_frame(events, (f == "assign") & (t == "invoke"), "kept")
+    f, type_ = ops_t.column("f"), ops_t.column("type")
+    is_cause = pc.and_(
+        pc.or_(pc.and_(pc.equal(f, "assign"), pc.not_equal(type_, "fail")),
+               pc.and_(pc.equal(type_, "info"), pc.not_equal(f, "seek"))),
+        pc.not_equal(ops_t.column("process"), NEMESIS))
+    causes = ops_t.filter(is_cause).select(
+        ["op", "process", "f", "invoke_index", "complete_index"]).to_pandas(types_mapper=nullable)
+    resets = causes.merge(touched, on="process")
+    kept = lists.table("kept").to_pandas(types_mapper=nullable)
     if len(kept) and len(resets):
         kept = kept[["op", "topic", "partition"]].assign(_kept=True)
         resets = resets.merge(kept, on=["op", "topic", "partition"], how="left")
@@ -181,14 +183,11 @@ def _positions(events, ev, ops, read_partitions: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("invoke_index", kind="stable").reset_index(drop=True)
 
 
-def _offsets(events, ev, ops, txns) -> pd.DataFrame:
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    asked = explode_frame(events, np.isin(f, ["commit_offsets", "send_offsets"])
-                     & (t == "invoke"), "offsets")
-    fetched = explode_frame(events, (f == "fetch_offsets") & (t == "ok"), "offsets")
-    rows = concat_frames([asked, fetched])
-    cols = ["op", "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
-    rows = rows.merge(ops[cols], on="op", how="left")
+def _offsets(lists: Extract, ops_t, ops_index, txns) -> pd.DataFrame:
+    rows = pa.concat_tables([lists.table("committed"), lists.table("fetched")]).to_pandas(
+        types_mapper=nullable)
+    cols = ["process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
+    rows = pd.concat([rows, _op_frame(ops_t, ops_index, rows["op"], cols)], axis=1)
     tx = txns.set_index("txn")
     # A map that finds nothing (no transactions) comes back as floats; the column holds strings.
     rows["txn_outcome"] = rows["txn"].map(tx["outcome"]).astype(pd.StringDtype())
@@ -207,10 +206,10 @@ def _offsets(events, ev, ops, txns) -> pd.DataFrame:
     return rows.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
 
 
-def _watermarks(events, ev, ops) -> pd.DataFrame:
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    wm = explode_frame(events, (f == "watermarks") & (t == "ok"), "partitions")
-    return wm.merge(ops[["op", "process", "invoke_index", "complete_index"]], on="op")
+def _watermarks(lists: Extract, ops_t, ops_index) -> pd.DataFrame:
+    wm = lists.table("watermarks").to_pandas(types_mapper=nullable)
+    cols = ["process", "invoke_index", "complete_index"]
+    return pd.concat([wm, _op_frame(ops_t, ops_index, wm["op"], cols)], axis=1)
 
 
 # Each kind of step, with the columns of its own table renamed into the steps shape.
@@ -262,9 +261,10 @@ def _steps_of(name: str, table: pa.Table) -> pa.Table:
     return pa.table(cols, schema=SCHEMAS["steps"])
 
 
-def _faults(path: Path, ops: pd.DataFrame) -> pd.DataFrame:
+def _faults(path: Path, ops_t: pa.Table) -> pd.DataFrame:
     """The nemesis ops with their parameters (value, done_value: JSON text)."""
-    faults = ops[ops["process"] == NEMESIS].copy()
+    faults = ops_t.filter(pc.equal(ops_t.column("process"), NEMESIS)).to_pandas(
+        types_mapper=nullable)
     values = {i: json.dumps(v, separators=(",", ":")) for i, v in nemesis_values(path).items()}
     for column, at in (("value", "invoke_index"), ("done_value", "complete_index")):
         faults[column] = [values.get(int(i)) if not pd.isna(i) else None for i in faults[at]]
@@ -285,25 +285,29 @@ def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index) -> pd.DataF
                          "partition": pd.array([k[1] for k in keys], dtype="Int64")})
 
 
+def _count(column) -> dict[str, int]:
+    return {c["values"]: int(c["counts"]) for c in
+            sorted(pc.value_counts(column).to_pylist(), key=lambda c: c["values"])}
+
+
 def write_tables(path: Path, out: Path, spool: Path) -> dict:
     """Write the tables of the JSONL history at `path` under `out`; return its stats."""
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
-    events = events_table(path, sink=polls)
-    ev = scalar_frame(events)
-    f, t = ev["f"].to_numpy(dtype=object), ev["type"].to_numpy(dtype=object)
-    ops = _ops(events, ev)
-    sends = (f == "send") & (t == "invoke")
-    counts = pc.list_value_length(pc.struct_field(events.column("value"), "records")
-                                  .filter(pa.array(sends)).combine_chunks())
-    ops["n_records"] = ops["op"].map(pd.Series(
-        counts.fill_null(0).to_numpy(), index=ev["op"].to_numpy()[sends])).fillna(0)
-    txns = txn_status.outcomes(ops)
-    ops_t, txns_t = to_arrow("ops", ops), to_arrow("txns", txns)
+    lists = Extract(polls)
+    events = events_table(path, sink=lists)
+    n_events = events.num_rows
+    ops_t = _ops(events)
+    del events
+    # Pandas only for the transactions' ops: the transactions are grouped there.
+    in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
+                     pc.not_equal(ops_t.column("process"), NEMESIS))
+    txns = txn_status.outcomes(ops_t.filter(in_txn).to_pandas(types_mapper=nullable))
+    txns_t = to_arrow("txns", txns)
     # Hashed now: the reads are joined to them from two threads (checkers/spool.py).
-    ops_index = hashed(pd.Index(ops["op"].to_numpy(dtype=np.int64)))
+    ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
     txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
-    writes = _writes(path, events, ev, ops_t, ops_index, txns_t, txns_index)
+    writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index)
     written = WriteIndex(writes)
     proven = txn_status.prove(txns, polls, ops_t, ops_index, written)
     if proven is not txns:
@@ -330,10 +334,10 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     # The tables made from the events, one at a time: each is written, spooled as steps
     # and dropped before the next is made.
     makers: list[tuple[str, Callable[..., pd.DataFrame], tuple]] = [
-        ("positions", _positions, (events, ev, ops, read_partitions)),
-        ("offsets", _offsets, (events, ev, ops, txns)),
-        ("faults", _faults, (path, ops)),
-        ("watermarks", _watermarks, (events, ev, ops)),
+        ("positions", _positions, (lists, ops_t, ops_index, read_partitions)),
+        ("offsets", _offsets, (lists, ops_t, ops_index, txns)),
+        ("faults", _faults, (path, ops_t)),
+        ("watermarks", _watermarks, (lists, ops_t, ops_index)),
     ]
     n_faults, evidence = 0, {}
     for name, make, args in makers:
@@ -349,11 +353,11 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
             steps.add(_steps_of(name, table))
         del table
     stats = {
-        "events": len(ev),
-        "ops": len(ops),
-        "ops_by_f": {k: int(v) for k, v in ops["f"].value_counts().sort_index().items()},
-        "ops_by_type": {k: int(v) for k, v in ops["type"].value_counts().sort_index().items()},
-        "incomplete_ops": int(ops["complete_index"].isna().sum()),
+        "events": n_events,
+        "ops": ops_t.num_rows,
+        "ops_by_f": _count(ops_t.column("f")),
+        "ops_by_type": _count(ops_t.column("type")),
+        "incomplete_ops": ops_t.column("complete_index").null_count,
         "writes": writes.num_rows, "reads": n_reads,
         "txns_by_outcome": {k: int(v) for k, v in
                             txns["outcome"].value_counts().sort_index().items()},
@@ -365,6 +369,6 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     # Nothing of the events is needed to regroup the steps: let them go first. The
     # ops, transactions and writes stay: the reads are joined to them as their
     # buckets are written.
-    del events, ev, ops, txns, makers, args, read_partitions
+    del lists, txns, makers, args, read_partitions
     stats["steps"] = steps.finish(out / "steps.parquet")
     return stats

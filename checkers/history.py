@@ -378,18 +378,20 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
     """The events of a history as an Arrow table with schema EVENT, validated (fast).
 
     The file is parsed in blocks; with a `sink`, each block passes through
-    `sink.take(batch) -> batch` before it is kept, so a converter can move bulky parts
-    (poll records) to disk while the file streams by. If the fast reader meets anything
-    it does not accept, `sink.clear()` is called, `read_events` names the bad line (or
-    accepts the file) and its events go through the sink from the start."""
+    `sink.take(batch) -> batch` before it is kept, and the table has the sink's
+    `schema`: so a converter can take bulky parts (records) out of the events while
+    the file streams by. If the fast reader meets anything it does not accept,
+    `sink.clear()` is called, `read_events` names the bad line (or accepts the file)
+    and its events go through the sink from the start."""
     path = _existing(path)
     take = sink.take if sink is not None else (lambda batch: batch)
+    schema = sink.schema if sink is not None else EVENT
     with _Mapped(path) as data:
         cut = _complete_length(path, data)
     if cut == 0:
-        return EVENT.empty_table()
+        return schema.empty_table()
     try:
-        table = _parse(path, cut, take)
+        table = _parse(path, cut, take, schema)
         scalars = table.select(list(REQUIRED)).to_pandas()
         # Any problem sends the file to the per-line reader, which names its line.
         if _structure_problem(scalars, lambda row: row) is None:
@@ -403,10 +405,10 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
         sink.clear()
     whole = _from_events(events)
     return pa.Table.from_batches([take(b) for b in whole.to_batches(max_chunksize=100_000)],
-                                 schema=EVENT)
+                                 schema=schema)
 
 
-def _parse(path: Path, cut: int, take) -> pa.Table:
+def _parse(path: Path, cut: int, take, schema: pa.Schema) -> pa.Table:
     # Read as a stream (not a map of the whole file, whose pages would all stay
     # resident while it is parsed): memory is the blocks in flight and what is kept.
     # A thread parses the next block while this one passes through `take` (both
@@ -417,7 +419,7 @@ def _parse(path: Path, cut: int, take) -> pa.Table:
         reader = pj.open_json(source, read_options=pj.ReadOptions(block_size=_BLOCK),
                               parse_options=opts)
         kept = [take(_conform(batch)) for batch in _ahead(reader)]
-    return pa.Table.from_batches(kept, schema=EVENT)
+    return pa.Table.from_batches(kept, schema=schema)
 
 
 def _ahead(reader):

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .arrow import explode, ints
+from .arrow import ints
 from .tables import SCHEMAS
 
 BUCKETS = 32  # at most this many steps files (Spark tasks)
@@ -131,10 +131,9 @@ class _Grouped:
 
 
 class PollSpool(_Grouped):
-    """The records of ok polls, moved to disk as the JSONL streams in (a sink for
-    history.events_table): exploded per block (op, rec, topic, partition, offset, value,
-    source; not the key, which no check reads), grouped by partition, and taken out of
-    the events kept in memory."""
+    """The records of ok polls (op, rec, topic, partition, offset, value, source; not
+    the key, which no check reads), moved to disk grouped by partition as the JSONL
+    streams in (checkers/extract.py)."""
 
     def __init__(self, folder: Path, partitions: Partitions) -> None:
         super().__init__(folder, "polls", partitions)
@@ -142,26 +141,12 @@ class PollSpool(_Grouped):
         # Per partition id: the ops (polls) that returned records of it, block by block.
         self.readers: dict[int, list[np.ndarray]] = {}
 
-    def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        events = pa.Table.from_batches([batch])
-        polls = pc.fill_null(pc.and_(pc.equal(events.column("f"), "poll"),
-                                     pc.equal(events.column("type"), "ok")), False)
-        mask = polls.to_numpy()
-        if not mask.any():
-            return batch
-        exploded = explode(events, mask, "records").drop_columns(["key"])
-        self.schema = exploded.schema
-        for p, rows in self.add(exploded):
+    def add(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
+        self.schema = table.schema
+        groups = super().add(table)
+        for p, rows in groups:
             self.readers.setdefault(p, []).append(np.unique(rows.column("op").to_numpy()))
-        value = batch.column("value")
-        fields = [value.field(i) for i in range(value.type.num_fields)]
-        at = value.type.get_field_index("records")
-        fields[at] = pc.if_else(polls.combine_chunks(), pa.nulls(len(batch), fields[at].type),
-                                fields[at])
-        kept = pa.StructArray.from_arrays(fields, fields=list(value.type), mask=value.is_null())
-        return pa.RecordBatch.from_arrays(
-            [kept if n == "value" else batch.column(n) for n in batch.schema.names],
-            schema=batch.schema)
+        return groups
 
     def clear(self) -> None:
         super().clear()

@@ -1,0 +1,88 @@
+"""What the converter keeps of each block of events as the JSONL streams in (a sink
+for history.events_table), so that the parsed history is never held whole.
+
+An event's `value` holds lists (a send's records, a poll's records, a seek's positions,
+a commit's offsets...), which become rows of their own tables, and a few scalars (a
+poll's isolation, a consumer's group, a transaction's tid, a timeout), which become
+columns of the op. So each block is taken apart at once: the polls' records go to
+disk (spool.PollSpool, most of a history's bulk), every other list is exploded into a
+small table of its own (`lists`), and the block shrinks to one row of scalars per
+event (SCALARS), from which the converter makes the ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .arrow import explode
+from .history import EVENT
+from .spool import PollSpool
+
+# The lists of `value` kept as tables: name -> (the fs, the event type, the field).
+LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "acked": (("send",), "ok", "records"),
+    "asked": (("send",), "invoke", "records"),
+    "sought": (("seek",), "invoke", "positions"),
+    "kept": (("assign",), "invoke", "kept"),
+    "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
+    "fetched": (("fetch_offsets",), "ok", "offsets"),
+    "watermarks": (("watermarks",), "ok", "partitions"),
+}
+_VALUE = EVENT.field("value").type
+_SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms")
+# One row per event: its top-level fields, the scalars of its value, and for a send's
+# invoke the number of records it asks to write.
+SCALARS = pa.schema([f for f in EVENT if f.name != "value"]
+                    + [_VALUE.field(n) for n in _SCALAR_VALUES]
+                    + [pa.field("n_records", pa.int64())])
+
+
+def _list_schema(field: str) -> pa.Schema:
+    item = _VALUE.field(field).type.value_type
+    return pa.schema([("op", pa.int64()), ("rec", pa.int64())] + list(item))
+
+
+class Extract:
+    """The sink: `take(batch)` spools the batch's poll records, keeps its other lists
+    and returns its SCALARS."""
+
+    schema = SCALARS
+
+    def __init__(self, polls: PollSpool) -> None:
+        self.polls = polls
+        self._pieces: dict[str, list[pa.Table]] = {name: [] for name in LISTS}
+
+    def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        events = pa.Table.from_batches([batch])
+        f, t = events.column("f"), events.column("type")
+
+        def where(fs: tuple[str, ...], type_: str) -> np.ndarray:
+            hit = pc.and_(pc.is_in(f, value_set=pa.array(fs)), pc.equal(t, type_))
+            return pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+
+        polls = where(("poll",), "ok")
+        if polls.any():
+            self.polls.add(explode(events, polls, "records").drop_columns(["key"]))
+        for name, (fs, type_, field) in LISTS.items():
+            mask = where(fs, type_)
+            if mask.any():
+                self._pieces[name].append(explode(events, mask, field))
+        value = batch.column("value")
+        sends = pa.array(where(("send",), "invoke"))
+        counts = pc.list_value_length(pc.struct_field(value, "records")).fill_null(0)
+        columns = [batch.column(n) for n in SCALARS.names if n in EVENT.names]
+        columns += [pc.struct_field(value, n) for n in _SCALAR_VALUES]
+        columns.append(pc.if_else(sends, counts.cast(pa.int64()), pa.nulls(len(batch), pa.int64())))
+        return pa.RecordBatch.from_arrays(columns, schema=SCALARS)
+
+    def clear(self) -> None:
+        self.polls.clear()
+        self._pieces = {name: [] for name in LISTS}
+
+    def table(self, name: str) -> pa.Table:
+        """List `name` of every event that has it: op, rec (the item's place in the
+        list) and the item's fields, in the order of the events."""
+        schema = _list_schema(LISTS[name][2])
+        pieces = [p.cast(schema) for p in self._pieces[name]]
+        return pa.concat_tables(pieces) if pieces else schema.empty_table()
