@@ -42,15 +42,16 @@ from .spool import Partitions, PollSpool, StepSpool
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
 
-def _evidence(writes: pa.Table, n_reads: int, offsets: pd.DataFrame) -> dict[str, int]:
+def _evidence(writes: pa.Table, n_reads: int, offsets: pa.Table) -> dict[str, int]:
     """What the claims can be judged on (docs/checkers.md, "Evidence"): records of
     completed sends that may be in the log, records read, and offsets that may be
     committed or were fetched."""
     status = writes.column("status").to_numpy(zero_copy_only=False)
     completed = writes.column("complete_index").is_valid().to_numpy(zero_copy_only=False)
     return {"writes": int(((status != FAILED) & completed).sum()), "records_read": int(n_reads),
-            "offsets": int(((offsets["outcome"] != FAILED)
-                            & offsets["complete_index"].notna()).sum()) if len(offsets) else 0}
+            "offsets": int(((strings(offsets.column("outcome")) != FAILED)
+                            & offsets.column("complete_index").is_valid().to_numpy(
+                                zero_copy_only=False)).sum())}
 
 
 def _ops(events: pa.Table) -> pa.Table:
@@ -183,27 +184,32 @@ def _positions(lists: Extract, ops_t, ops_index, read_partitions: pd.DataFrame) 
     return out.sort_values("invoke_index", kind="stable").reset_index(drop=True)
 
 
-def _offsets(lists: Extract, ops_t, ops_index, txns) -> pd.DataFrame:
-    rows = pa.concat_tables([lists.table("committed"), lists.table("fetched")]).to_pandas(
-        types_mapper=nullable)
-    cols = ["process", "f", "type", "group", "txn", "invoke_index", "complete_index"]
-    rows = pd.concat([rows, _op_frame(ops_t, ops_index, rows["op"], cols)], axis=1)
-    tx = txns.set_index("txn")
-    # A map that finds nothing (no transactions) comes back as floats; the column holds strings.
-    rows["txn_outcome"] = rows["txn"].map(tx["outcome"]).astype(pd.StringDtype())
-    is_send = (rows["f"] == "send_offsets").to_numpy()
-    ty = rows["type"].to_numpy(dtype=object)
-    oc = rows["txn_outcome"].fillna("").to_numpy(dtype=object)
+def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
+    rows = pa.concat_tables([lists.table("committed"), lists.table("fetched")])
+    cols = {c: rows.column(c) for c in rows.column_names}
+    cols.update(take_rows(ops_t, positions_in(ops_index, ints(rows.column("op"))[0]), [
+        "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]))
+    tx = take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])),
+                   ["outcome", "commit_invoke_index", "commit_complete_index"])
+    cols["txn_outcome"] = tx["outcome"]
+    f, ty = strings(cols["f"]), strings(cols["type"])
+    oc = strings(pc.fill_null(tx["outcome"], ""))
+    is_send = f == "send_offsets"
     plain = np.select([ty == "ok", ty == "fail"], [COMMITTED, FAILED], UNKNOWN)
     sent = np.select([ty == "fail", oc == ABORTED, (oc == COMMITTED) & (ty == "ok")],
                      [FAILED, FAILED, COMMITTED], UNKNOWN)
-    rows["outcome"] = np.where(rows["f"] == "fetch_offsets", "fetched",
-                               np.where(is_send, sent, plain))
-    rows["effect_invoke_index"] = np.where(
-        is_send, rows["txn"].map(tx["commit_invoke_index"]), rows["invoke_index"])
-    rows["effect_complete_index"] = np.where(
-        is_send, rows["txn"].map(tx["commit_complete_index"]), rows["complete_index"])
-    return rows.sort_values(["invoke_index", "rec"], kind="stable").reset_index(drop=True)
+    cols["outcome"] = pa.array(np.where(f == "fetch_offsets", "fetched",
+                                        np.where(is_send, sent, plain)), type=pa.string())
+    # A commit sent to a transaction takes effect with the transaction's commit.
+    sends = pa.array(is_send, type=pa.bool_())
+    cols["effect_invoke_index"] = pc.if_else(sends, tx["commit_invoke_index"],
+                                             cols["invoke_index"])
+    cols["effect_complete_index"] = pc.if_else(sends, tx["commit_complete_index"],
+                                               cols["complete_index"])
+    schema = SCHEMAS["offsets"]
+    table = pa.table({f.name: cols[f.name] for f in schema}).cast(schema)
+    order = np.lexsort((ints(rows.column("rec"))[0], ints(cols["invoke_index"])[0]))
+    return table.take(pa.array(order, type=pa.int64()))
 
 
 def _watermarks(lists: Extract, ops_t, ops_index) -> pd.DataFrame:
@@ -272,17 +278,19 @@ def _faults(path: Path, ops_t: pa.Table) -> pd.DataFrame:
 
 
 def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index) -> pd.DataFrame:
-    """(process, topic, partition) of every process that read a partition."""
-    keys, procs = [], []
-    process = strings(ops_t.column("process"))
+    """(process, topic, partition) of every process that read a partition, in that
+    order."""
+    process = pc.dictionary_encode(ops_t.column("process").combine_chunks())
+    code, names = process.indices.to_numpy(zero_copy_only=False), process.dictionary
+    rows = []
     for p, ops in polls.reader_ops().items():
         at = positions_in(ops_index, ops)
-        for name in pd.unique(process[at[at >= 0]]):
-            keys.append(polls.partitions.keys[p])
-            procs.append(name)
-    return pd.DataFrame({"process": pd.array(procs, dtype=object),
-                         "topic": pd.array([k[0] for k in keys], dtype=object),
-                         "partition": pd.array([k[1] for k in keys], dtype="Int64")})
+        for c in np.unique(code[at[at >= 0]]):
+            rows.append((names[int(c)].as_py(), *polls.partitions.keys[p]))
+    rows.sort(key=lambda r: (r[0], r[1] is None, r[1] or "", r[2] is None, r[2] or 0))
+    return pd.DataFrame({"process": pd.array([r[0] for r in rows], dtype=object),
+                         "topic": pd.array([r[1] for r in rows], dtype=object),
+                         "partition": pd.array([r[2] for r in rows], dtype="Int64")})
 
 
 def _count(column) -> dict[str, int]:
@@ -333,20 +341,20 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         pq.write_table(table, out / f"{name}.parquet")
     # The tables made from the events, one at a time: each is written, spooled as steps
     # and dropped before the next is made.
-    makers: list[tuple[str, Callable[..., pd.DataFrame], tuple]] = [
+    makers: list[tuple[str, Callable[..., pd.DataFrame | pa.Table], tuple]] = [
         ("positions", _positions, (lists, ops_t, ops_index, read_partitions)),
-        ("offsets", _offsets, (lists, ops_t, ops_index, txns)),
+        ("offsets", _offsets, (lists, ops_t, ops_index, txns_t, txns_index)),
         ("faults", _faults, (path, ops_t)),
         ("watermarks", _watermarks, (lists, ops_t, ops_index)),
     ]
     n_faults, evidence = 0, {}
     for name, make, args in makers:
         frame = make(*args)
+        table = frame if isinstance(frame, pa.Table) else to_arrow(name, frame)
         if name == "offsets":
-            evidence = _evidence(writes, n_reads, frame)
+            evidence = _evidence(writes, n_reads, table)
         elif name == "faults":
-            n_faults = len(frame)
-        table = to_arrow(name, frame)
+            n_faults = table.num_rows
         del frame
         pq.write_table(table, out / f"{name}.parquet")
         if name in STEP_KINDS:
