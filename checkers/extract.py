@@ -45,13 +45,15 @@ def _list_schema(field: str) -> pa.Schema:
 
 class Extract:
     """The sink: `take(batch)` spools the batch's poll records, keeps its other lists
-    and returns its SCALARS."""
+    and returns its SCALARS. Several threads may take blocks at once, in any order
+    (history.events_table parses a big file in parts)."""
 
     schema = SCALARS
 
     def __init__(self, polls: PollSpool) -> None:
         self.polls = polls
-        self._pieces: dict[str, list[pa.Table]] = {name: [] for name in LISTS}
+        # Per list: (the block's first event index, its rows), put in order by `table`.
+        self._pieces: dict[str, list[tuple[int, pa.Table]]] = {name: [] for name in LISTS}
 
     def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         events = pa.Table.from_batches([batch])
@@ -64,10 +66,11 @@ class Extract:
         polls = where(("poll",), "ok")
         if polls.any():
             self.polls.add(explode(events, polls, "records").drop_columns(["key"]))
+        first = events.column("index")[0].as_py() if len(batch) else 0
         for name, (fs, type_, field) in LISTS.items():
             mask = where(fs, type_)
             if mask.any():
-                self._pieces[name].append(explode(events, mask, field))
+                self._pieces[name].append((first, explode(events, mask, field)))
         value = batch.column("value")
         sends = pa.array(where(("send",), "invoke"))
         counts = pc.list_value_length(pc.struct_field(value, "records")).fill_null(0)
@@ -84,5 +87,5 @@ class Extract:
         """List `name` of every event that has it: op, rec (the item's place in the
         list) and the item's fields, in the order of the events."""
         schema = _list_schema(LISTS[name][2])
-        pieces = [p.cast(schema) for p in self._pieces[name]]
+        pieces = [p.cast(schema) for _, p in sorted(self._pieces[name], key=lambda x: x[0])]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()

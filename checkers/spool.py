@@ -10,6 +10,7 @@ straight into the bucket file, and never spooled or sorted."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +40,8 @@ class Partitions:
     appearance, with the number of steps each will have (to balance the buckets)."""
 
     def __init__(self) -> None:
+        # Held by whoever changes these or a spool's block list.
+        self.lock = threading.Lock()
         self.ids: dict[Key, int] = {}
         self.keys: list[Key] = []
         self.sizes: list[int] = []
@@ -70,6 +73,11 @@ class Partitions:
         return self.ids[key]
 
 
+def _order(key: Key) -> tuple:
+    topic, partition = key
+    return (topic is None, topic or "", partition is None, partition or 0)
+
+
 class _Grouped:
     """Tables spooled to disk a block at a time, each block file holding one record
     batch per partition, so a partition's rows are read back without reading the
@@ -82,28 +90,33 @@ class _Grouped:
         # Per block file: partition id -> (the record batch of the file that holds its
         # rows, how many).
         self.blocks: list[tuple[Path, dict[int, tuple[int, int]]]] = []
+        # Blocks may be added from several threads (history.events_table's parts).
+        self._lock = partitions.lock
 
     def add(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
         """Spool `table`; return its rows as (partition id, rows of that partition)."""
         if not table.num_rows:
             return []
-        pid = self.partitions.ids_of(table)
+        with self._lock:
+            pid = self.partitions.ids_of(table)
+            path = self.folder / f"{self.prefix}-{len(self.blocks):06d}.arrow"
+            self.blocks.append((path, {}))
+            where = self.blocks[-1][1]
         order = np.argsort(pid, kind="stable")
         pid = pid[order]
         cuts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
         ends = np.r_[cuts[1:], len(pid)]
         sorted_ = table.take(pa.array(order, type=pa.int64()))
-        where, groups = {}, []
-        path = self.folder / f"{self.prefix}-{len(self.blocks):06d}.arrow"
+        groups = []
         with pa.ipc.new_file(path, table.schema) as out:
-            for i, (a, b) in enumerate(zip(cuts, ends)):
-                p = int(pid[a])
-                self.partitions.sizes[p] += int(b - a)
-                where[p] = (i, int(b - a))
+            for a, b in zip(cuts, ends):
                 rows = sorted_.slice(int(a), int(b - a)).combine_chunks()
                 out.write_table(rows, max_chunksize=int(b - a))
-                groups.append((p, rows))
-        self.blocks.append((path, where))
+                groups.append((int(pid[a]), rows))
+        with self._lock:
+            for i, (p, rows) in enumerate(groups):
+                self.partitions.sizes[p] += rows.num_rows
+                where[p] = (i, rows.num_rows)
         return groups
 
     def pieces(self, p: int) -> list[pa.RecordBatch]:
@@ -144,8 +157,10 @@ class PollSpool(_Grouped):
     def add(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
         self.schema = table.schema
         groups = super().add(table)
-        for p, rows in groups:
-            self.readers.setdefault(p, []).append(np.unique(rows.column("op").to_numpy()))
+        ops = [(p, np.unique(rows.column("op").to_numpy())) for p, rows in groups]
+        with self._lock:
+            for p, unique in ops:
+                self.readers.setdefault(p, []).append(unique)
         return groups
 
     def clear(self) -> None:
@@ -192,7 +207,8 @@ class StepSpool(_Grouped):
         # Largest partitions first, each to the emptiest bucket: balanced tasks.
         load = [0] * n
         members: list[list[int]] = [[] for _ in range(n)]
-        for p in sorted(range(len(sizes)), key=lambda p: -sizes[p]):
+        # Ties go by key, not by id: ids follow the order the parse threads met them.
+        for p in sorted(range(len(sizes)), key=lambda p: (-sizes[p], _order(keys[p]))):
             b = load.index(min(load))
             load[b] += sizes[p]
             members[b].append(p)

@@ -214,3 +214,40 @@ def test_warnings_do_not_leak_from_a_clean_history(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tables_of(path)
+
+
+def test_a_big_file_parsed_in_parts_converts_as_in_one(tmp_path, monkeypatch):
+    # Parts are cut at line ends, parsed by threads of their own, and put back in file
+    # order: every table comes out as from one pass over the file.
+    from onceproof.checkers import history
+    from tests.support.synth.clients import Shape, synthesize_file
+    path = tmp_path / "h.jsonl"
+    synthesize_file(path, 3, Shape(ops=3000))
+    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
+
+    def slow_path(path):
+        raise AssertionError("the fast reader handed the file to the per-line one")
+    monkeypatch.setattr(history, "read_events", slow_path)
+    tables = {}
+    for parts in (1, 3):
+        monkeypatch.setattr(history, "PARTS", parts)
+        tables[parts], stats = tables_of(path)
+        assert stats["reads"] > 0 and stats["writes"] > 0
+    assert path.stat().st_size > 6 * history._BLOCK  # so three parts were made
+    for name, table in tables[1].items():
+        assert table.equals(tables[3][name]), name
+
+
+def test_a_bad_line_in_a_later_part_is_named(tmp_path, monkeypatch):
+    from onceproof.checkers import history
+    from tests.support.synth.clients import Shape, synthesize_file
+    path = tmp_path / "h.jsonl"
+    synthesize_file(path, 3, Shape(ops=3000))
+    lines = path.read_text().splitlines(keepends=True)
+    bad = len(lines) - 10
+    lines[bad] = '{"index": 12, "op": \n'
+    path.write_text("".join(lines))
+    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
+    monkeypatch.setattr(history, "PARTS", 3)
+    with pytest.raises(HistoryError, match=rf"h\.jsonl:{bad + 1}: "):
+        tables_of(path)
