@@ -64,8 +64,8 @@ class PollSpool:
 class StepSpool:
     """The steps table, spooled to disk in blocks sorted by (topic, partition), then
     written as bucket files that each hold whole partitions in one Parquet row group:
-    Spark reads a row group in one task, so every task sees all the steps of the
-    partitions it is given (checkers/engine.py), with no shuffle at check time.
+    a check task (on Spark or local) reads one file whole, so it sees all the steps of
+    the partitions it is given (checkers/engine.py), with no shuffle at check time.
 
     Each block file holds one record batch per partition, so `finish` reads, for each
     bucket (two at a time), only the batches of that bucket's partitions: its memory is
