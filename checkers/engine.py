@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import anomaly
-from .partlog import PartitionLog, log
+from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
@@ -189,21 +189,26 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
 def partition_pass(tables, families):
     """Every family's per-partition rows (OUT_SCHEMA), on Spark.
 
-    No shuffle: the converter wrote the steps table as bucket files that each hold
-    whole partitions in one Parquet row group, and Spark never splits a row group
-    between tasks, so each task sees every step of the partitions it holds. Arrow
-    batches go to pandas with exact nullable integers (not float64)."""
+    Spark hands out the bucket files, not their rows: one task per file, which it
+    reads whole with pyarrow and checks as the local pass does (_bucket_with). A
+    bucket holds whole partitions (checkers/spool.py), so no shuffle, and the steps
+    never pass through the JVM, whose Parquet reading and Arrow conversion took
+    longer than the checks themselves. The task gets the paths as data: every Spark
+    worker must be able to read the converted folder at the same path (as
+    spark.read.parquet of a local path required already). Absolute, with symlinks
+    kept: on a worker the same name may lead to its own mount."""
+    files = [str(f) for f in _bucket_files(Path(tables.dir).absolute())]
+
     def task(batches):
-        batches = list(batches)
-        if not batches:
-            return
-        steps = pa.Table.from_batches(batches).to_pandas(types_mapper=_ARROW_TYPES)
-        out = run_all(steps, families)
-        if len(out):
-            yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
-                                            preserve_index=False).to_batches()
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                out = _bucket_with(files[i], families)
+                if len(out):
+                    yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
+                                                    preserve_index=False).to_batches()
     from .spark import struct_type
-    return log(tables).mapInArrow(task, struct_type(OUT_SCHEMA))
+    n = len(files)
+    return tables.spark.range(0, n, 1, max(1, n)).mapInArrow(task, struct_type(OUT_SCHEMA))
 
 
 # From this many steps up, the local pass runs its bucket files in several processes:
@@ -224,6 +229,12 @@ def _importable(families) -> bool:
     return all(sys.modules.get(getattr(fam, "__name__", "")) is fam for fam in families)
 
 
+def _bucket_files(directory) -> list[Path]:
+    """The steps table's bucket files, in order (each holds whole partitions)."""
+    steps = Path(directory) / "steps.parquet"
+    return sorted(steps.glob("*.parquet")) if steps.is_dir() else [steps]
+
+
 def _bucket_with(path, families) -> pd.DataFrame:
     return run_all(pq.read_table(path).to_pandas(types_mapper=_ARROW_TYPES), families)
 
@@ -238,8 +249,7 @@ def local_pass(directory, families) -> pd.DataFrame:
     Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
     # One bucket file at a time (each holds whole partitions, checkers/spool.py), as
     # Spark's tasks get them: memory is a bucket's steps, not the whole table's.
-    steps = Path(directory) / "steps.parquet"
-    files = sorted(steps.glob("*.parquet")) if steps.is_dir() else [steps]
+    files = _bucket_files(directory)
     names = [fam.__name__ for fam in families]
     workers = min(len(files), _cores())
     if workers > 1 and _FORK and _importable(families) and \

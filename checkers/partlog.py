@@ -49,11 +49,6 @@ WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
 VIS_RC, VIS_RU, VIS_NONE = 2, 1, 0
 
 
-def log(tables):
-    """All steps of all partitions, as a Spark DataFrame (the steps table)."""
-    return tables.steps
-
-
 def typed(pdf: pd.DataFrame) -> pd.DataFrame:
     """Columns in nullable pandas dtypes whatever Arrow made of them (a long column
     with nulls arrives as float64, a boolean one as object)."""

@@ -48,8 +48,9 @@ def session(master: str | None = None) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
-        # A task reads a whole partition's row group at once (checkers/engine.py);
-        # a 10M-event history has row groups of hundreds of MB. A cap, not a reservation.
+        # Every task's rows, anomalies and facts, reach the driver through the JVM
+        # (checkers/engine.py): about 90 MB of Arrow for the bench's 1M-event history.
+        # A cap, not a reservation.
         .config("spark.driver.memory", os.environ.get("ONCEPROOF_SPARK_MEMORY", "3g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")

@@ -179,9 +179,9 @@ class PollSpool(_Grouped):
 
 class StepSpool(_Grouped):
     """The steps table, spooled to disk grouped by partition, then written as bucket
-    files that each hold whole partitions in one Parquet row group: Spark reads a row
-    group in one task, so every task sees all the steps of the partitions it is given
-    (checkers/engine.py), with no shuffle at check time.
+    files that each hold whole partitions in one Parquet row group: a check task (on
+    Spark or local) reads one file whole, so it sees all the steps of the partitions
+    it is given (checkers/engine.py), with no shuffle at check time.
 
     `finish` reads, for each bucket (two at a time), only the batches of that bucket's
     partitions, and makes their reads then (`later`): its memory is two buckets'

@@ -160,9 +160,10 @@ def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_p
 
 
 def test_tasks_never_split_a_partition(spark, tmp_path):
-    """Spark cuts files into several splits; each partition's steps must still reach
-    one task whole, or the per-partition checks would see half a log (here: a lost
-    write, a skip and a torn transaction that only a whole partition shows)."""
+    """Spark cuts the files it reads into several splits; the pass's tasks must get
+    whole bucket files instead, one each, or the per-partition checks would see half
+    a log (here: a lost write, a skip and a torn transaction that only a whole
+    partition shows)."""
     h = History(tmp_path / "h.jsonl")
     h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2), (1, 4, 0), (1, 5, 1)])
     h.begin("p1", "T")
@@ -182,6 +183,7 @@ def test_tasks_never_split_a_partition(spark, tmp_path):
     try:
         tables = read_parquet(folder, spark)
         assert tables.steps.rdd.getNumPartitions() > len(files)
+        assert engine.partition_pass(tables, FAMILIES).rdd.getNumPartitions() == len(files)
         split = engine.collect(tables, FAMILIES, local=False)
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", old)
