@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -35,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import anomaly
+from .history import cores
 from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
@@ -217,13 +217,6 @@ PARALLEL_STEPS = 400_000
 _FORK = "fork" in multiprocessing.get_all_start_methods()
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _importable(families) -> bool:
     """Whether a worker process can import each family by its module name."""
     return all(sys.modules.get(getattr(fam, "__name__", "")) is fam for fam in families)
@@ -251,7 +244,7 @@ def local_pass(directory, families) -> pd.DataFrame:
     # Spark's tasks get them: memory is a bucket's steps, not the whole table's.
     files = _bucket_files(directory)
     names = [fam.__name__ for fam in families]
-    workers = min(len(files), _cores())
+    workers = min(len(files), cores())
     if workers > 1 and _FORK and _importable(families) and \
             sum(pq.ParquetFile(f).metadata.num_rows for f in files) >= PARALLEL_STEPS:
         # The families are pandas, which holds the GIL: processes, one per core, each

@@ -417,7 +417,7 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema) -> pa.Table:
     # A big file is cut at line ends into one part per core, each parsed, and each of
     # its blocks passed through `take`, by a thread of its own (both mostly in C++,
     # without the GIL); the parts' batches are then put back in file order.
-    ranges = _ranges(path, cut, max(1, min(PARTS or _cores(), cut // (2 * _BLOCK))))
+    ranges = _ranges(path, cut, max(1, min(PARTS or cores(), cut // (2 * _BLOCK))))
     if len(ranges) == 1:
         with open(path, "rb") as fh:
             source = path if cut == os.fstat(fh.fileno()).st_size else _Prefix(fh, cut)
@@ -460,7 +460,8 @@ def _reader(source):
                         parse_options=opts)
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
