@@ -113,10 +113,12 @@ class PartitionLog:
         kind = pdf["kind"].to_numpy(dtype=object)
         # In the order the converter adds them (checkers/flatten.py).
         codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, OFFSET, WATERMARK))}
-        kcode = np.array([codes.get(k, 9) for k in kind], dtype=np.int64) \
-            if len(kind) < 64 else pd.Series(kind).map(codes).fillna(9).to_numpy(dtype=np.int64)
-        order = np.lexsort((pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
-                            pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode))
+        # Kinds come in long runs: look up each run's kind, not each step's.
+        heads = np.flatnonzero(np.r_[True, kind[1:] != kind[:-1]])
+        kcode = np.repeat(np.array([codes.get(k, 9) for k in kind[heads]], dtype=np.int64),
+                          np.diff(np.r_[heads, len(kind)]))
+        order = sort_order(pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
+                           pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode)
         bounds = np.searchsorted(kcode[order], np.arange(6))
         # The converter writes a partition's steps in about this order, so a kind is
         # often a slice of the frame already, which needs no copy of every column.
