@@ -266,13 +266,19 @@ class PartitionLog:
         return s
 
     @cached_property
+    def read_rows(self) -> np.ndarray:
+        """Row numbers in `steps` of the reads of a known offset, in run order."""
+        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
+        # Row numbers, not a filtered copy of every column of the steps.
+        st = self.steps
+        return np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(st["offset"].to_numpy()))
+
+    @cached_property
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
         st = self.steps
         offs = st["offset"].to_numpy(dtype=float)
-        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
-        # Row numbers, not a filtered copy of every column of the steps.
-        rows = np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(offs))
+        rows = self.read_rows
         if not len(rows):
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
