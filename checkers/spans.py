@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import coverage
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED
 
 
@@ -50,8 +50,11 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
 def readers(pl: PartitionLog) -> pd.DataFrame:
     """txn, process, hi (highest offset read), hi_op/hi_inv/hi_cmp (the poll)."""
     r = pl.reads
-    r = r[r["txn"].notna().to_numpy(dtype=bool) & (r["txn_outcome"] == COMMITTED).to_numpy(dtype=bool)
-          & r["offset"].notna().to_numpy(dtype=bool)]
+    # Rows picked before columns are copied: the reads are most steps, and wide.
+    rows = np.flatnonzero(r["txn"].notna().to_numpy(dtype=bool)
+                          & equals(r["txn_outcome"], COMMITTED)
+                          & r["offset"].notna().to_numpy(dtype=bool))
+    r = r[["txn", "process", "offset", "op", "invoke_index", "complete_index"]].take(rows)
     if r.empty:
         return pd.DataFrame(columns=["txn", "process", "hi", "hi_op", "hi_inv", "hi_cmp"])
     top = r.loc[r.groupby("txn", sort=False)["offset"].idxmax()]
