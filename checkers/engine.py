@@ -81,6 +81,15 @@ def ints(col: pd.Series) -> pd.arrays.IntegerArray:
         values = np.zeros(len(col), np.int64)
         values[~missing] = col.to_numpy()[~missing].astype(np.int64)
         return pd.arrays.IntegerArray(values, missing)
+    if col.dtype.kind == "f" or isinstance(col.dtype, pd.Float64Dtype):
+        # Whole floats convert exactly, as pandas would convert them, without its walk
+        # over an object array (a Float64 column's to_numpy); it refuses the others, below.
+        a = col.to_numpy(dtype=float, na_value=np.nan)
+        missing = np.isnan(a)
+        filled = np.where(missing, 0.0, a)
+        values = filled.astype(np.int64)
+        if (values == filled).all():
+            return pd.arrays.IntegerArray(values, missing)
     return pd.array(col.to_numpy(), dtype="Int64")
 
 
