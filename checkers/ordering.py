@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine, spans
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED
 
 TYPES = of_family("ordering")
@@ -26,12 +26,13 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     (values are unique). Only sends that ended ok count: one that ended in info may
     still be retried, and appended, after the process's next send."""
     known = pl.write_bounds["known"].to_numpy(dtype=float, na_value=np.nan)
-    w = pl.writes[["op", "rec", "process", "txn", "type", "value", "invoke_index"]].assign(
-        offset=known)
-    w = w[(w["type"] == "ok").to_numpy(dtype=bool) & ~np.isnan(known)]
+    # Rows picked (numpy string tests) before the columns used are copied.
+    rows = np.flatnonzero(equals(pl.writes["type"], "ok") & ~np.isnan(known))
     out: list[dict] = []
-    if len(w) < 2:
+    if len(rows) < 2:
         return out
+    w = pl.writes[["op", "rec", "process", "txn", "value", "invoke_index"]].take(rows).assign(
+        offset=known[rows])
     w = w.assign(_t=w["txn"].fillna("")).sort_values(["process", "_t", "invoke_index", "rec"])
     same = (w["process"].eq(w["process"].shift()) & w["_t"].eq(w["_t"].shift())).to_numpy()
     offs = w["offset"].to_numpy(dtype=float).astype(np.int64)
@@ -58,7 +59,7 @@ def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
     above later appends; those types report it, so it orders nothing here."""
     cov = coverage.of(pl)
     off = cov["offset"].to_numpy(dtype=float)
-    keep = ((cov["status"] == COMMITTED).to_numpy(dtype=bool)
+    keep = (equals(cov["status"], COMMITTED)
             & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
             & cov["complete_index"].notna().to_numpy(dtype=bool)
             & ~(cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)))

@@ -24,8 +24,9 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
     t_begin, t_done; sorted by lo."""
     def build():
         cov = coverage.of(pl)
-        w = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool)
-                & cov["txn"].notna().to_numpy(dtype=bool)].copy()
+        w = cov[equals(cov["status"], COMMITTED) & cov["txn"].notna().to_numpy(dtype=bool)]
+        w = w[["txn", "process", "lo", "hi", "op", "invoke_index", "complete_index",
+               "t_begin", "t_done"]].copy()
         cols = ["txn", "process", "lo", "hi", "sure_lo", "sure_hi", "lo_op", "lo_inv",
                 "lo_cmp", "hi_op", "hi_inv", "hi_cmp", "t_begin", "t_done"]
         if w.empty:
