@@ -186,7 +186,7 @@ class PartitionLog:
     def steps(self) -> pd.DataFrame:
         """Reads and position changes of each process in its order, with run ids.
 
-        Columns: process, kind, op, rec, offset, value, isolation, final, retracted,
+        Columns: process, kind, op, rec, offset, value, isolation, txn, final, retracted,
         invoke_index, complete_index, run, start (the run's seek position, or NaN),
         start_op (that seek's op).
         """
@@ -215,7 +215,9 @@ class PartitionLog:
                                  codes.max() < 2 ** 15 else codes[order], kind="stable")]
         # One 2-D object block: a frame of separate object columns would be stacked
         # into one by pandas, a second copy.
-        obj_names = ("process", "kind", "isolation", "txn", "txn_outcome", "type")
+        # Only the columns the checks read: the kind of position step and the
+        # transaction's outcome are in seek_col and retr_col already.
+        obj_names = ("process", "kind", "isolation", "txn")
         obj = np.empty((len(obj_names), n), dtype=object)
         is_pos = pos_col[order]
         obj[0] = process[order]
