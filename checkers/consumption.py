@@ -70,34 +70,36 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     return engine.anomalies(out)
 
 
-def _at(pl: PartitionLog, name: str, rows: np.ndarray) -> np.ndarray:
-    """Column `name` of the steps at row numbers `rows`."""
-    return pl.steps[name].to_numpy()[rows]
+def _at(pl: PartitionLog, name: str) -> np.ndarray:
+    """Column `name` of the steps at the reads (pl.read_rows), taken once: the three
+    checks read the same columns."""
+    return pl.memo(f"read_rows.{name}", lambda: pl.steps[name].to_numpy()[pl.read_rows])
 
 
 def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
-    eff = reads[~_at(pl, "retracted", reads)]
+    kept = ~_at(pl, "retracted")
+    eff = reads[kept]
     if not len(eff):
         return
-    run = _at(pl, "run", eff)
-    offs = _at(pl, "offset", eff).astype(np.int64)
-    iso = _at(pl, "isolation", eff)
+    run = _at(pl, "run")[kept]
+    offs = _at(pl, "offset")[kept].astype(np.int64)
+    iso = _at(pl, "isolation")[kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
     # A run that began with a seek and whose first reads were retracted continues,
     # for its first remaining read, from the seek position.
-    first = pd.DataFrame({"op": _at(pl, "op", reads), "rec": _at(pl, "rec", reads)}).groupby(
-        _at(pl, "run", reads)).first()
+    first = pd.DataFrame({"op": _at(pl, "op"), "rec": _at(pl, "rec")}).groupby(
+        _at(pl, "run")).first()
     at = first.index.get_indexer(run)
-    ops = _at(pl, "op", eff)
+    ops = _at(pl, "op")[kept]
     not_first_phys = ((ops != first["op"].to_numpy()[at])
-                      | (_at(pl, "rec", eff) != first["rec"].to_numpy()[at]))
-    start = _at(pl, "start", eff)
+                      | (_at(pl, "rec")[kept] != first["rec"].to_numpy()[at]))
+    start = _at(pl, "start")[kept]
     from_seek = ~same & ~np.isnan(start) & not_first_phys
     a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
     paired = same | from_seek
     prev = np.where(same, np.r_[np.nan, ops[:-1]], np.nan)
-    seek = np.where(from_seek, _at(pl, "start_op", eff), np.nan)
+    seek = np.where(from_seek, _at(pl, "start_op")[kept], np.nan)
 
     def before(i: int) -> str:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
@@ -111,13 +113,13 @@ def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None
     position moved. Consecutive reads of one run, one of them retracted by an abort,
     are held to the same order as any others (the pairs without a retracted read are
     _pairs' already)."""
-    run = _at(pl, "run", reads)
-    offs = _at(pl, "offset", reads).astype(np.int64)
-    iso = _at(pl, "isolation", reads)
-    retracted = _at(pl, "retracted", reads)
+    run = _at(pl, "run")
+    offs = _at(pl, "offset").astype(np.int64)
+    iso = _at(pl, "isolation")
+    retracted = _at(pl, "retracted")
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
-    ops = _at(pl, "op", reads)
+    ops = _at(pl, "op")
     prev = np.where(pair, np.r_[np.nan, ops[:-1]], np.nan)
     _judge(pl, reads, offs, a, iso, pair, prev, np.full(len(ops), np.nan),
            lambda i: f"read offset {a[i]} then", " (in a transaction that aborted)", out)
@@ -150,13 +152,14 @@ def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
 
 def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     # The first physical read of each run that began with a seek.
-    run = _at(pl, "run", reads)
-    firsts = reads[np.r_[True, run[1:] != run[:-1]] & ~np.isnan(_at(pl, "start", reads))]
+    run = _at(pl, "run")
+    head = np.r_[True, run[1:] != run[:-1]] & ~np.isnan(_at(pl, "start"))
+    firsts = reads[head]
     if not len(firsts):
         return
-    o = _at(pl, "start", firsts).astype(np.int64)
-    b = _at(pl, "offset", firsts).astype(np.int64)
-    iso = _at(pl, "isolation", firsts)
+    o = _at(pl, "start")[head].astype(np.int64)
+    b = _at(pl, "offset")[head].astype(np.int64)
+    iso = _at(pl, "isolation")[head]
     expect = np.full(len(o), np.iinfo(np.int64).max)
     for rc in (True, False):
         m = (iso == READ_COMMITTED) == rc
