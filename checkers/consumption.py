@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import anomaly, engine
 from .anomaly import num
-from .partlog import READ, PartitionLog
+from .partlog import PartitionLog
 from .tables import READ_COMMITTED
 
 TYPES = anomaly.of_family("consumption")
@@ -59,10 +59,10 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     rewind_mismatch: after a seek to offset o, the consumer's next read of the
     partition is not the first value visible to it at an offset >= o (it read below o,
     or passed over a visible value at or after o)."""
-    st = pl.steps
     out: list[dict] = []
-    reads = st[(st["kind"] == READ) & st["offset"].notna()]
-    if reads.empty:
+    # Row numbers of the steps, not copies of their columns: the reads are most steps.
+    reads = pl.read_rows
+    if not len(reads):
         return engine.anomalies(out)
     _pairs(pl, reads, out)
     _inside_aborts(pl, reads, out)
@@ -70,27 +70,36 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     return engine.anomalies(out)
 
 
-def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
-    eff = reads[~reads["retracted"]]
-    if eff.empty:
+def _at(pl: PartitionLog, name: str) -> np.ndarray:
+    """Column `name` of the steps at the reads (pl.read_rows), taken once: the three
+    checks read the same columns."""
+    return pl.memo(f"read_rows.{name}", lambda: pl.steps[name].to_numpy()[pl.read_rows])
+
+
+def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
+    kept = ~_at(pl, "retracted")
+    eff = reads[kept]
+    if not len(eff):
         return
-    run = eff["run"].to_numpy()
-    offs = eff["offset"].to_numpy(dtype=np.int64)
-    iso = eff["isolation"].to_numpy(dtype=object)
+    run = _at(pl, "run")[kept]
+    offs = _at(pl, "offset")[kept].astype(np.int64)
+    iso = _at(pl, "isolation")[kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
     # A run that began with a seek and whose first reads were retracted continues,
     # for its first remaining read, from the seek position.
-    first = reads.groupby("run")[["op", "rec"]].first()
-    not_first_phys = ((eff["op"].to_numpy() != eff["run"].map(first["op"]).to_numpy())
-                      | (eff["rec"].to_numpy() != eff["run"].map(first["rec"]).to_numpy()))
-    start = eff["start"]
-    from_seek = ~same & start.notna().to_numpy() & not_first_phys
-    a = np.where(from_seek, start.fillna(0).to_numpy(dtype=np.int64) - 1, a)
+    first = pd.DataFrame({"op": _at(pl, "op"), "rec": _at(pl, "rec")}).groupby(
+        _at(pl, "run")).first()
+    at = first.index.get_indexer(run)
+    ops = _at(pl, "op")[kept]
+    not_first_phys = ((ops != first["op"].to_numpy()[at])
+                      | (_at(pl, "rec")[kept] != first["rec"].to_numpy()[at]))
+    start = _at(pl, "start")[kept]
+    from_seek = ~same & ~np.isnan(start) & not_first_phys
+    a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
     paired = same | from_seek
-    ops = eff["op"].to_numpy(dtype=float)
     prev = np.where(same, np.r_[np.nan, ops[:-1]], np.nan)
-    seek = np.where(from_seek, eff["start_op"].to_numpy(dtype=float), np.nan)
+    seek = np.where(from_seek, _at(pl, "start_op")[kept], np.nan)
 
     def before(i: int) -> str:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
@@ -99,31 +108,31 @@ def _pairs(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
     _judge(pl, eff, offs, a, iso, paired, prev, seek, before, "", out)
 
 
-def _inside_aborts(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
+def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     """A poll is an observation whatever its transaction's fate: the consumer's
     position moved. Consecutive reads of one run, one of them retracted by an abort,
     are held to the same order as any others (the pairs without a retracted read are
     _pairs' already)."""
-    run = reads["run"].to_numpy()
-    offs = reads["offset"].to_numpy(dtype=np.int64)
-    iso = reads["isolation"].to_numpy(dtype=object)
-    retracted = reads["retracted"].to_numpy(dtype=bool)
+    run = _at(pl, "run")
+    offs = _at(pl, "offset").astype(np.int64)
+    iso = _at(pl, "isolation")
+    retracted = _at(pl, "retracted")
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
-    ops = reads["op"].to_numpy(dtype=float)
+    ops = _at(pl, "op")
     prev = np.where(pair, np.r_[np.nan, ops[:-1]], np.nan)
     _judge(pl, reads, offs, a, iso, pair, prev, np.full(len(ops), np.nan),
            lambda i: f"read offset {a[i]} then", " (in a transaction that aborted)", out)
 
 
-def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray,
+def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
            iso: np.ndarray, paired: np.ndarray, prev: np.ndarray, seek: np.ndarray,
            before: Callable[[int], str], where: str, out: list[dict]) -> None:
-    """nonmonotonic_poll and poll_skip for each paired read: the consumer stood just
-    past a[i] (before(i) says how, in words: after the read by op prev[i], or the seek
-    by op seek[i]) and read offs[i] next."""
+    """nonmonotonic_poll and poll_skip for each paired read (rows: row numbers of the
+    steps): the consumer stood just past a[i] (before(i) says how, in words: after the
+    read by op prev[i], or the seek by op seek[i]) and read offs[i] next."""
     for i in np.flatnonzero(paired & (offs <= a)):
-        row = rows.iloc[i]
+        row = pl.steps.iloc[rows[i]]
         out.append(_record("nonmonotonic_poll", row,
                            f"{row['process']} {before(int(i))} offset {offs[i]} with no seek "
                            f"between{where}", (prev[i], "previous read")))
@@ -131,7 +140,7 @@ def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray
     if len(fwd):
         gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
         for i in fwd[gaps > 0]:
-            row = rows.iloc[i]
+            row = pl.steps.iloc[rows[i]]
             skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
             out.append(_record(
                 "poll_skip", row,
@@ -141,15 +150,16 @@ def _judge(pl: PartitionLog, rows: pd.DataFrame, offs: np.ndarray, a: np.ndarray
                 (pl.writer_of(skipped[1]), "skipped writer")))
 
 
-def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
+def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     # The first physical read of each run that began with a seek.
-    run = reads["run"].to_numpy()
-    firsts = reads[np.r_[True, run[1:] != run[:-1]] & reads["start"].notna().to_numpy()]
-    if firsts.empty:
+    run = _at(pl, "run")
+    head = np.r_[True, run[1:] != run[:-1]] & ~np.isnan(_at(pl, "start"))
+    firsts = reads[head]
+    if not len(firsts):
         return
-    o = firsts["start"].to_numpy(dtype=np.int64)
-    b = firsts["offset"].to_numpy(dtype=np.int64)
-    iso = firsts["isolation"].to_numpy(dtype=object)
+    o = _at(pl, "start")[head].astype(np.int64)
+    b = _at(pl, "offset")[head].astype(np.int64)
+    iso = _at(pl, "isolation")[head]
     expect = np.full(len(o), np.iinfo(np.int64).max)
     for rc in (True, False):
         m = (iso == READ_COMMITTED) == rc
@@ -158,7 +168,7 @@ def _rewinds(pl: PartitionLog, reads: pd.DataFrame, out: list[dict]) -> None:
             i = np.searchsorted(offs, o[m], side="left")
             expect[m] = np.where(i < len(offs), offs[np.minimum(i, len(offs) - 1)], expect[m])
     for k in np.flatnonzero((b < o) | (expect < b)):
-        row = firsts.iloc[k]
+        row = pl.steps.iloc[firsts[k]]
         first = pl.first_visible(iso[k], int(o[k]))
         want = (f"offset {first[0]} (value {first[1]})" if first is not None
                 else f"an offset >= {o[k]}")

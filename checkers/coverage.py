@@ -33,8 +33,10 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     w = pl.writes
     n = len(w)
     # Built as one dict and one frame at the end: selecting and then adding columns to a
-    # frame copies it and its blocks over and over.
-    out = {c: w[c].array for c in (
+    # frame copies it and its blocks over and over. Object columns as numpy arrays: the
+    # frame would ask pandas' wrapper of one for its values, and it looks for missing
+    # values first.
+    out = {c: w[c].to_numpy() if w[c].dtype == object else w[c].array for c in (
         "op", "rec", "process", "txn", "txn_outcome", "type", "status", "value",
         "invoke_index", "complete_index", "t_begin", "t_done")}
     b = pl.write_bounds

@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from . import anomaly, engine, graph, spans
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED, READ_COMMITTED
 
 TYPES = anomaly.of_family("cycles")
@@ -108,9 +108,15 @@ def _ordered_edges(pl: PartitionLog) -> list[pd.DataFrame]:
 
 def _read_edges(pl: PartitionLog) -> list[pd.DataFrame]:
     r = pl.reads
-    r = r[(r["txn"].notna() & (r["txn_outcome"] == COMMITTED) & r["w_txn"].notna()
-           & (r["w_txn_outcome"] == COMMITTED) & (r["w_txn"] != r["txn"]))
-          .fillna(False).to_numpy(dtype=bool)]
+    # Rows picked before columns are copied: the reads are most steps, and wide.
+    rows = np.flatnonzero(r["txn"].notna().to_numpy(dtype=bool)
+                          & equals(r["txn_outcome"], COMMITTED)
+                          & r["w_txn"].notna().to_numpy(dtype=bool)
+                          & equals(r["w_txn_outcome"], COMMITTED))
+    rows = rows[r["w_txn"].to_numpy(dtype=object)[rows] != r["txn"].to_numpy(dtype=object)[rows]]
+    r = r[["txn", "w_txn", "isolation", "op", "invoke_index", "complete_index", "offset",
+           "value", "w_op", "w_process", "w_inv", "w_cmp", "w_commit_inv",
+           "w_commit_cmp"]].take(rows)
     if r.empty:
         return []
     # One witness per edge and partition: wr witnesses are not chained to others, and

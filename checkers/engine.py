@@ -81,6 +81,15 @@ def ints(col: pd.Series) -> pd.arrays.IntegerArray:
         values = np.zeros(len(col), np.int64)
         values[~missing] = col.to_numpy()[~missing].astype(np.int64)
         return pd.arrays.IntegerArray(values, missing)
+    if col.dtype.kind == "f" or isinstance(col.dtype, pd.Float64Dtype):
+        # Whole floats convert exactly, as pandas would convert them, without its walk
+        # over an object array (a Float64 column's to_numpy); it refuses the others, below.
+        a = col.to_numpy(dtype=float, na_value=np.nan)
+        missing = np.isnan(a)
+        filled = np.where(missing, 0.0, a)
+        values = filled.astype(np.int64)
+        if (values == filled).all():
+            return pd.arrays.IntegerArray(values, missing)
     return pd.array(col.to_numpy(), dtype="Int64")
 
 
@@ -172,16 +181,19 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     # Contiguous slices, instead of pandas' groupby over mixed keys. The converter
     # writes each partition's steps together, so usually no sort (a copy of every
     # column) is needed.
-    topic = pd.factorize(steps["topic"], use_na_sentinel=False)[0]
+    # Neighbours compared, not the topics hashed: a column's equal strings are mostly
+    # one object, which compares at once.
+    topic = steps["topic"].to_numpy(dtype=object)
     part = steps["partition"].to_numpy(dtype=float, na_value=-1.0)
-    key = np.stack([topic, part], axis=1)
-    cut: np.ndarray | list[int] = (
-        np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else [])
-    if len({tuple(k) for k in key[cut]}) != len(cut):  # some partition in two places
-        order = np.lexsort((part, topic))
-        steps, key = steps.take(order), key[order]
-        cut = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)])
-    ends = np.r_[cut[1:], len(steps)] if len(key) else []
+
+    def cuts() -> np.ndarray:
+        return np.flatnonzero(np.r_[True, (topic[1:] != topic[:-1]) | (part[1:] != part[:-1])])
+    cut: np.ndarray | list[int] = cuts() if len(part) else []
+    if len({(topic[c], part[c]) for c in cut}) != len(cut):  # some partition in two places
+        order = np.lexsort((part, pd.factorize(topic, use_na_sentinel=False)[0]))
+        steps, topic, part = steps.take(order), topic[order], part[order]
+        cut = cuts()
+    ends = np.r_[cut[1:], len(steps)] if len(part) else []
     frames = [f for f in (run(steps.iloc[a:b]) for a, b in zip(cut, ends)) if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
 

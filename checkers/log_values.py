@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 
 TYPES = of_family("log_values")
 
@@ -20,31 +20,34 @@ TYPES = of_family("log_values")
 def observations(pl: PartitionLog) -> pd.DataFrame:
     """offset and value of every ack and read (numpy-built: this runs on every read)."""
     acks, reads = _sources(pl)
-    parts = (acks, reads)
+    parts = ((pl.writes, acks), (pl.reads, reads))
     return pd.DataFrame({
-        "offset": np.concatenate([p["offset"].to_numpy(dtype=np.int64) for p in parts]),
-        "value": np.concatenate([p["value"].to_numpy(dtype=np.int64) for p in parts]),
+        "offset": np.concatenate([f["offset"].to_numpy(dtype=np.int64, na_value=0)[rows]
+                                  for f, rows in parts]),
+        "value": np.concatenate([f["value"].to_numpy(dtype=np.int64, na_value=0)[rows]
+                                 for f, rows in parts]),
         "row": np.r_[np.arange(len(acks)), np.arange(len(reads))],
         "ack": np.r_[np.ones(len(acks), dtype=bool), np.zeros(len(reads), dtype=bool)]})
 
 
-def _sources(pl: PartitionLog) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The acked writes and the reads that observations are made of, in their order."""
+def _sources(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray]:
+    """The acked writes and the reads that observations are made of, in their order, as
+    row numbers of pl.writes and pl.reads."""
     def build():
-        # Only the columns an anomaly names, before the rows are picked: the steps are
-        # wide, and reads are most of them.
-        w = pl.writes[["op", "process", "txn", "type", "offset", "value"]]
-        r = pl.reads[["op", "process", "txn", "offset", "value", "w_op"]]
-        return (w[((w["type"] == "ok") & w["offset"].notna() & w["value"].notna())
-                  .to_numpy(dtype=bool)],
-                r[(r["offset"].notna() & r["value"].notna()).to_numpy(dtype=bool)])
+        # Row numbers, not copies: the steps are wide, reads are most of them, and the
+        # other columns are read only for the rare anomaly.
+        w, r = pl.writes, pl.reads
+        return (np.flatnonzero(equals(w["type"], "ok") & w["offset"].notna().to_numpy(dtype=bool)
+                               & w["value"].notna().to_numpy(dtype=bool)),
+                np.flatnonzero((r["offset"].notna() & r["value"].notna()).to_numpy(dtype=bool)))
     return pl.memo("observed", build)
 
 
 def _source(pl: PartitionLog, ob) -> pd.Series:
     """The write or read behind an observation row."""
     acks, reads = _sources(pl)
-    return (acks if ob["ack"] else reads).iloc[int(ob["row"])]
+    return (pl.writes.iloc[acks[int(ob["row"])]] if ob["ack"]
+            else pl.reads.iloc[reads[int(ob["row"])]])
 
 
 def _writer(pl: PartitionLog, ob) -> int | None:
@@ -70,8 +73,8 @@ def duplicates(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     """duplicate: one written value observed at two or more distinct offsets of a
     partition. Each write appends its value once, so a second offset is a second copy
     (a retried send the broker did not deduplicate, for example)."""
-    per_value = obs.drop_duplicates(["value", "offset"])
-    many = per_value[per_value["value"].duplicated(keep=False)]
+    # obs holds each (offset, value) once (partition).
+    many = obs[obs["value"].duplicated(keep=False)]
     out = []
     for value, g in many.sort_values("offset").groupby("value", sort=False):
         offsets = g["offset"].astype(int).tolist()
@@ -85,8 +88,8 @@ def inconsistent(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
     different values. An offset names one record for the life of the log; two values
     mean the log was rewritten under a reader (a truncated and refilled leader, for
     example)."""
-    per_offset = obs.drop_duplicates(["offset", "value"])
-    many = per_offset[per_offset["offset"].duplicated(keep=False)]
+    # obs holds each (offset, value) once (partition).
+    many = obs[obs["offset"].duplicated(keep=False)]
     out = []
     for offset, g in many.sort_values("value").groupby("offset", sort=False):
         values = g["value"].astype(int).tolist()
@@ -110,7 +113,9 @@ def unattributed(pl: PartitionLog) -> list[dict]:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    obs = observations(pl)
+    # Both checks look only at distinct (offset, value) pairs, each at its first
+    # observation: found once for both.
+    obs = observations(pl).drop_duplicates(["offset", "value"])
     return [engine.anomalies(duplicates(pl, obs) + inconsistent(pl, obs) + unattributed(pl))]
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine, spans
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals, sort_order
 from .tables import COMMITTED
 
 TYPES = of_family("ordering")
@@ -26,19 +26,30 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     (values are unique). Only sends that ended ok count: one that ended in info may
     still be retried, and appended, after the process's next send."""
     known = pl.write_bounds["known"].to_numpy(dtype=float, na_value=np.nan)
-    w = pl.writes[["op", "rec", "process", "txn", "type", "value", "invoke_index"]].assign(
-        offset=known)
-    w = w[(w["type"] == "ok").to_numpy(dtype=bool) & ~np.isnan(known)]
+    # Row numbers of the writes, at which the few columns used are read: no copy of
+    # the wide rows.
+    rows = np.flatnonzero(equals(pl.writes["type"], "ok") & ~np.isnan(known))
     out: list[dict] = []
-    if len(w) < 2:
+    if len(rows) < 2:
         return out
-    w = w.assign(_t=w["txn"].fillna("")).sort_values(["process", "_t", "invoke_index", "rec"])
-    same = (w["process"].eq(w["process"].shift()) & w["_t"].eq(w["_t"].shift())).to_numpy()
-    offs = w["offset"].to_numpy(dtype=float).astype(np.int64)
+    w = pl.writes
+    # In order of process, transaction ("" outside one), invoke_index and rec, missing
+    # ones last, as pandas' sort_values by those columns orders them, but sorted by
+    # numpy codes: pandas makes a categorical of each column first.
+    pcode, procs = pd.factorize(w["process"].to_numpy(dtype=object)[rows], sort=True)
+    pcode[pcode < 0] = len(procs)
+    txn = w["txn"].to_numpy(dtype=object)[rows]
+    tcode = pd.factorize(np.where(pd.isna(txn), "", txn), sort=True)[0]
+    order = sort_order(*(_missing_last(w[c].array[rows]) for c in ("rec", "invoke_index")),
+                       tcode, pcode)
+    pcode, tcode = pcode[order], tcode[order]
+    same = np.r_[False, (pcode[1:] == pcode[:-1]) & (tcode[1:] == tcode[:-1])]
+    rows = rows[order]
+    offs = known[rows].astype(np.int64)
     prev = np.r_[0, offs[:-1]]
-    prev_op = np.r_[0, w["op"].to_numpy(dtype=np.int64)[:-1]]
+    prev_op = np.r_[0, w["op"].array[rows].to_numpy(dtype=np.int64)[:-1]]
     for i in np.flatnonzero(same & (offs <= prev)):
-        x = w.iloc[i]
+        x = w.iloc[rows[i]]
         out.append({"type": "nonmonotonic_send", "severity": VIOLATION,
                     "process": x["process"], "op": num(x["op"]), "offset": int(offs[i]),
                     "value": num(x["value"]), "txn": x["txn"],
@@ -47,6 +58,14 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
                               f"offset {offs[i]}, not after its previous send's offset "
                               f"{prev[i]} (op {prev_op[i]})"})
     return out
+
+
+def _missing_last(a: pd.api.extensions.ExtensionArray) -> np.ndarray:
+    """An Int64 array's values, its missing ones above them all."""
+    values = a.to_numpy(dtype=np.int64, na_value=0)
+    missing = a.isna()
+    values[missing] = values[~missing].max(initial=0) + 1
+    return values
 
 
 def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
@@ -58,7 +77,7 @@ def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
     above later appends; those types report it, so it orders nothing here."""
     cov = coverage.of(pl)
     off = cov["offset"].to_numpy(dtype=float)
-    keep = ((cov["status"] == COMMITTED).to_numpy(dtype=bool)
+    keep = (equals(cov["status"], COMMITTED)
             & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
             & cov["complete_index"].notna().to_numpy(dtype=bool)
             & ~(cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)))

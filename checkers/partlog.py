@@ -108,10 +108,12 @@ class PartitionLog:
         kind = pdf["kind"].to_numpy(dtype=object)
         # In the order the converter adds them (checkers/flatten.py).
         codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, OFFSET, WATERMARK))}
-        kcode = np.array([codes.get(k, 9) for k in kind], dtype=np.int64) \
-            if len(kind) < 64 else pd.Series(kind).map(codes).fillna(9).to_numpy(dtype=np.int64)
-        order = np.lexsort((pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
-                            pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode))
+        # Kinds come in long runs: look up each run's kind, not each step's.
+        heads = np.flatnonzero(np.r_[True, kind[1:] != kind[:-1]])
+        kcode = np.repeat(np.array([codes.get(k, 9) for k in kind[heads]], dtype=np.int64),
+                          np.diff(np.r_[heads, len(kind)]))
+        order = sort_order(pdf["rec"].to_numpy(dtype=float, na_value=-1.0),
+                           pdf["invoke_index"].to_numpy(dtype=float, na_value=-1.0), kcode)
         bounds = np.searchsorted(kcode[order], np.arange(6))
         # The converter writes a partition's steps in about this order, so a kind is
         # often a slice of the frame already, which needs no copy of every column.
@@ -179,7 +181,7 @@ class PartitionLog:
     def steps(self) -> pd.DataFrame:
         """Reads and position changes of each process in its order, with run ids.
 
-        Columns: process, kind, op, rec, offset, value, isolation, final, retracted,
+        Columns: process, kind, op, rec, offset, value, isolation, txn, final, retracted,
         invoke_index, complete_index, run, start (the run's seek position, or NaN),
         start_op (that seek's op).
         """
@@ -208,7 +210,9 @@ class PartitionLog:
                                  codes.max() < 2 ** 15 else codes[order], kind="stable")]
         # One 2-D object block: a frame of separate object columns would be stacked
         # into one by pandas, a second copy.
-        obj_names = ("process", "kind", "isolation", "txn", "txn_outcome", "type")
+        # Only the columns the checks read: the kind of position step and the
+        # transaction's outcome are in seek_col and retr_col already.
+        obj_names = ("process", "kind", "isolation", "txn")
         obj = np.empty((len(obj_names), n), dtype=object)
         is_pos = pos_col[order]
         obj[0] = process[order]
@@ -259,13 +263,19 @@ class PartitionLog:
         return s
 
     @cached_property
+    def read_rows(self) -> np.ndarray:
+        """Row numbers in `steps` of the reads of a known offset, in run order."""
+        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
+        # Row numbers, not a filtered copy of every column of the steps.
+        st = self.steps
+        return np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(st["offset"].to_numpy()))
+
+    @cached_property
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
         st = self.steps
         offs = st["offset"].to_numpy(dtype=float)
-        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
-        # Row numbers, not a filtered copy of every column of the steps.
-        rows = np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(offs))
+        rows = self.read_rows
         if not len(rows):
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import VIS_RC, PartitionLog
+from .partlog import VIS_RC, PartitionLog, equals
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("pipeline")
@@ -48,8 +48,8 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     value, a3 = its send; the send_offsets as process, op, txn, kind = group, a1 =
     offset."""
     o = pl.offsets
-    sent = o[((o["f"] == "send_offsets") & (o["status"] == COMMITTED) & o["offset"].notna())
-             .fillna(False).to_numpy(dtype=bool)]
+    sent = o[equals(o["f"], "send_offsets") & equals(o["status"], COMMITTED)
+             & o["offset"].notna().to_numpy(dtype=bool)]
     piped = pl.reads["offset"][pl.reads["txn"].notna().to_numpy(dtype=bool)]
     if sent.empty or piped.empty:
         return engine.facts(INPUT, pd.DataFrame())
@@ -59,9 +59,13 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     inputs = rl[(rl["vis"] == VIS_RC).to_numpy(dtype=bool)
                 & (rl["offset"] >= start).to_numpy(dtype=bool)
                 & (rl["offset"] < c["offset"]).to_numpy(dtype=bool)]
-    r = pl.reads[["value", "w_op"]]
-    r = r[r["value"].notna().to_numpy(dtype=bool)].drop_duplicates("value")
-    writer = pd.Series(r["w_op"].to_numpy(dtype=object), index=r["value"].to_numpy(dtype=object))
+    # Each value's writer as the first read of it says, indexed by the values as int64:
+    # an index of Python ints is hashed object by object.
+    r = pl.reads
+    has = r["value"].notna().to_numpy(dtype=bool)
+    values = r["value"].to_numpy(dtype=np.int64, na_value=0)[has]
+    first = ~pd.Index(values).duplicated()
+    writer = pd.Series(r["w_op"].to_numpy(dtype=object)[has][first], index=values[first])
     return engine.facts(INPUT, pd.DataFrame({
         "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
         "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"],

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import coverage
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED
 
 
@@ -24,8 +24,9 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
     t_begin, t_done; sorted by lo."""
     def build():
         cov = coverage.of(pl)
-        w = cov[(cov["status"] == COMMITTED).to_numpy(dtype=bool)
-                & cov["txn"].notna().to_numpy(dtype=bool)].copy()
+        w = cov[equals(cov["status"], COMMITTED) & cov["txn"].notna().to_numpy(dtype=bool)]
+        w = w[["txn", "process", "lo", "hi", "op", "invoke_index", "complete_index",
+               "t_begin", "t_done"]].copy()
         cols = ["txn", "process", "lo", "hi", "sure_lo", "sure_hi", "lo_op", "lo_inv",
                 "lo_cmp", "hi_op", "hi_inv", "hi_cmp", "t_begin", "t_done"]
         if w.empty:
@@ -50,8 +51,11 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
 def readers(pl: PartitionLog) -> pd.DataFrame:
     """txn, process, hi (highest offset read), hi_op/hi_inv/hi_cmp (the poll)."""
     r = pl.reads
-    r = r[r["txn"].notna().to_numpy(dtype=bool) & (r["txn_outcome"] == COMMITTED).to_numpy(dtype=bool)
-          & r["offset"].notna().to_numpy(dtype=bool)]
+    # Rows picked before columns are copied: the reads are most steps, and wide.
+    rows = np.flatnonzero(r["txn"].notna().to_numpy(dtype=bool)
+                          & equals(r["txn_outcome"], COMMITTED)
+                          & r["offset"].notna().to_numpy(dtype=bool))
+    r = r[["txn", "process", "offset", "op", "invoke_index", "complete_index"]].take(rows)
     if r.empty:
         return pd.DataFrame(columns=["txn", "process", "hi", "hi_op", "hi_inv", "hi_cmp"])
     top = r.loc[r.groupby("txn", sort=False)["offset"].idxmax()]
