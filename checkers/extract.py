@@ -6,8 +6,8 @@ a commit's offsets...), which become rows of their own tables, and a few scalars
 poll's isolation, a consumer's group, a transaction's tid, a timeout), which become
 columns of the op. So each block is taken apart at once: the polls' records go to
 disk (spool.PollSpool, most of a history's bulk), every other list is exploded into a
-small table of its own (`lists`), and the block shrinks to one row of scalars per
-event (SCALARS), from which the converter makes the ops.
+small table of its own (LISTS, read back with `Extract.table`), and the block shrinks
+to one row of scalars per event (SCALARS), from which the converter makes the ops.
 """
 from __future__ import annotations
 
@@ -67,12 +67,13 @@ class Extract:
         if polls.any():
             self.polls.add(explode(events, polls, "records").drop_columns(["key"]))
         first = events.column("index")[0].as_py() if len(batch) else 0
+        masks = {}
         for name, (fs, type_, field) in LISTS.items():
-            mask = where(fs, type_)
+            masks[name] = mask = where(fs, type_)
             if mask.any():
                 self._pieces[name].append((first, explode(events, mask, field)))
         value = batch.column("value")
-        sends = pa.array(where(("send",), "invoke"))
+        sends = pa.array(masks["asked"])
         counts = pc.list_value_length(pc.struct_field(value, "records")).fill_null(0)
         columns = [batch.column(n) for n in SCALARS.names if n in EVENT.names]
         columns += [pc.struct_field(value, n) for n in _SCALAR_VALUES]
