@@ -54,6 +54,9 @@ class Extract:
         self.polls = polls
         # Per list: (the block's first event index, its rows), put in order by `table`.
         self._pieces: dict[str, list[tuple[int, pa.Table]]] = {name: [] for name in LISTS}
+        # Where the fault events' lines are, when the fast reader found them
+        # (history.events_table); None: search the file (history.nemesis_values).
+        self.fault_lines: list[int] | None = None
 
     def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         events = pa.Table.from_batches([batch])
@@ -82,6 +85,7 @@ class Extract:
 
     def clear(self) -> None:
         self.polls.clear()
+        self.fault_lines = None
         self._pieces = {name: [] for name in LISTS}
 
     def table(self, name: str) -> pa.Table:

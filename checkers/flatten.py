@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -149,7 +150,7 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteInde
     return ordered(cols, "reads")
 
 
-def _positions(lists: Extract, ops_t, ops_index, read_partitions: pd.DataFrame) -> pd.DataFrame:
+def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFrame:
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown; except, for an assign, the partitions it says the client `kept`
@@ -161,7 +162,8 @@ def _positions(lists: Extract, ops_t, ops_index, read_partitions: pd.DataFrame) 
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
     lost["offset"] = pd.array([pd.NA] * len(lost), dtype="Int64")
-    touched = concat_frames([read_partitions, sought[["process", "topic", "partition"]]]).drop_duplicates()
+    touched = concat_frames([_readers(polls, ops_t, ops_index),
+                             sought[["process", "topic", "partition"]]]).drop_duplicates()
     f, type_ = ops_t.column("f"), ops_t.column("type")
     is_cause = pc.and_(
         pc.or_(pc.and_(pc.equal(f, "assign"), pc.not_equal(type_, "fail")),
@@ -267,11 +269,12 @@ def _steps_of(name: str, table: pa.Table) -> pa.Table:
     return pa.table(cols, schema=SCHEMAS["steps"])
 
 
-def _faults(path: Path, ops_t: pa.Table) -> pd.DataFrame:
+def _faults(path: Path, ops_t: pa.Table, near: list[int] | None) -> pd.DataFrame:
     """The nemesis ops with their parameters (value, done_value: JSON text)."""
     faults = ops_t.filter(pc.equal(ops_t.column("process"), NEMESIS)).to_pandas(
         types_mapper=nullable)
-    values = {i: json.dumps(v, separators=(",", ":")) for i, v in nemesis_values(path).items()}
+    values = {i: json.dumps(v, separators=(",", ":"))
+              for i, v in nemesis_values(path, near).items()}
     for column, at in (("value", "invoke_index"), ("done_value", "complete_index")):
         faults[column] = [values.get(int(i)) if not pd.isna(i) else None for i in faults[at]]
     return faults
@@ -307,59 +310,65 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     n_events = events.num_rows
     ops_t = _ops(events)
     del events
-    # Pandas only for the transactions' ops: the transactions are grouped there.
-    in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
-                     pc.not_equal(ops_t.column("process"), NEMESIS))
-    txns = txn_status.outcomes(ops_t.filter(in_txn).to_pandas(types_mapper=nullable))
-    txns_t = to_arrow("txns", txns)
-    # Hashed now: the reads are joined to them from two threads (checkers/spool.py).
+    # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
-    txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
-    writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index)
-    written = WriteIndex(writes)
-    proven = txn_status.prove(txns, polls, ops_t, ops_index, written)
-    if proven is not txns:
-        txns = proven
-        txns_t = to_arrow("txns", txns)
-        writes = txn_status.rejoin_txns(writes, txns_t, txns_index)
-        written = WriteIndex(writes)
 
-    steps = StepSpool(spool, partitions)
-    steps.add(_steps_of("writes", writes))
-
-    def reads_of(key) -> pa.Table | None:
-        # A partition's reads, joined when its bucket is written (checkers/spool.py).
-        raw = polls.records(partitions.ids[key])
-        if raw is None:
-            return None
-        return _steps_of("reads", _reads(raw, ops_t, ops_index, txns_t, txns_index, written))
-
-    steps.add_later(reads_of)
-    n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
-    read_partitions = _readers(polls, ops_t, ops_index)
-    for name, table in (("ops", ops_t), ("txns", txns_t), ("writes", writes)):
+    def write(name: str, table: pa.Table) -> pa.Table:
         pq.write_table(table, out / f"{name}.parquet")
-    # The tables made from the events, one at a time: each is written, spooled as steps
-    # and dropped before the next is made.
-    makers: list[tuple[str, Callable[..., pd.DataFrame | pa.Table], tuple]] = [
-        ("positions", _positions, (lists, ops_t, ops_index, read_partitions)),
-        ("offsets", _offsets, (lists, ops_t, ops_index, txns_t, txns_index)),
-        ("faults", _faults, (path, ops_t)),
-        ("watermarks", _watermarks, (lists, ops_t, ops_index)),
-    ]
-    n_faults, evidence = 0, {}
-    for name, make, args in makers:
+        return table
+
+    def written(name: str, make: Callable[..., pd.DataFrame | pa.Table], *args) -> pa.Table:
         frame = make(*args)
-        table = frame if isinstance(frame, pa.Table) else to_arrow(name, frame)
-        if name == "offsets":
-            evidence = _evidence(writes, n_reads, table)
-        elif name == "faults":
-            n_faults = table.num_rows
-        del frame
-        pq.write_table(table, out / f"{name}.parquet")
-        if name in STEP_KINDS:
-            steps.add(_steps_of(name, table))
-        del table
+        return write(name, frame if isinstance(frame, pa.Table) else to_arrow(name, frame))
+
+    # Two chains, one per core (both mostly Arrow and numpy, which let go of the GIL):
+    # what hangs on the transactions' outcomes (writes, their proof, offsets) here, and
+    # what does not (ops, positions, faults, watermarks) in a thread beside. Each table
+    # is written as it is made; steps are spooled in one order, whoever finishes first.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
+        made = {"ops": beside.submit(write, "ops", ops_t),
+                "positions": beside.submit(written, "positions", _positions, lists, polls,
+                                           ops_t, ops_index),
+                "faults": beside.submit(written, "faults", _faults, path, ops_t,
+                                        lists.fault_lines),
+                "watermarks": beside.submit(written, "watermarks", _watermarks, lists, ops_t,
+                                            ops_index)}
+        # Pandas only for the transactions' ops: the transactions are grouped there.
+        in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
+                         pc.not_equal(ops_t.column("process"), NEMESIS))
+        txns = txn_status.outcomes(ops_t.filter(in_txn).to_pandas(types_mapper=nullable))
+        txns_t = to_arrow("txns", txns)
+        txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
+        writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index)
+        write_index = WriteIndex(writes)
+        proven = txn_status.prove(txns, polls, ops_t, ops_index, write_index)
+        if proven is not txns:
+            txns = proven
+            txns_t = to_arrow("txns", txns)
+            writes = txn_status.rejoin_txns(writes, txns_t, txns_index)
+            write_index = WriteIndex(writes)
+        write("txns", txns_t)
+        write("writes", writes)
+
+        steps = StepSpool(spool, partitions)
+        steps.add(_steps_of("writes", writes))
+
+        def reads_of(key) -> pa.Table | None:
+            # A partition's reads, joined when its bucket is written (checkers/spool.py).
+            raw = polls.records(partitions.ids[key])
+            if raw is None:
+                return None
+            return _steps_of("reads", _reads(raw, ops_t, ops_index, txns_t, txns_index,
+                                             write_index))
+
+        steps.add_later(reads_of)
+        n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
+        offsets = written("offsets", _offsets, lists, ops_t, ops_index, txns_t, txns_index)
+        evidence = _evidence(writes, n_reads, offsets)
+        for name in ("positions", "offsets", "watermarks"):
+            steps.add(_steps_of(name, offsets if name == "offsets" else made[name].result()))
+        n_faults = made["faults"].result().num_rows
+        made["ops"].result()
     stats = {
         "events": n_events,
         "ops": ops_t.num_rows,
@@ -377,6 +386,6 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     # Nothing of the events is needed to regroup the steps: let them go first. The
     # ops, transactions and writes stay: the reads are joined to them as their
     # buckets are written.
-    del lists, txns, makers, args, read_partitions
+    del lists, txns, made, offsets
     stats["steps"] = steps.finish(out / "steps.parquet")
     return stats

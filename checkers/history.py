@@ -31,6 +31,7 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
@@ -331,12 +332,29 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
     twice[comp.index[comp.duplicated().to_numpy()]] = True
     first(twice, lambda r: f"op {op[r]} completed twice; an op has exactly one completion")
     at = np.where(np.isnan(invoked_at), 0, invoked_at).astype(np.int64)
-    f, process = events["f"].to_numpy(dtype=object), events["process"].to_numpy(dtype=object)
+    f, process = _codes(events["f"]), _codes(events["process"])
     differs = done & ~early & ((f != f[at]) | (process != process[at]))
-    first(differs, lambda r: f"completion of op {op[r]} has f/process {f[r]}/{process[r]} "
-                             f"but its invoke has {f[at[r]]}/{process[at[r]]}")
+    first(differs, lambda r: f"completion of op {op[r]} has f/process "
+                             f"{events['f'].iloc[r]}/{events['process'].iloc[r]} but its "
+                             f"invoke has {events['f'].iloc[at[r]]}/"
+                             f"{events['process'].iloc[at[r]]}")
     # The first bad row; of its problems, the first rule's.
     return min(problems, key=lambda p: p[0]) if problems else None
+
+
+def _codes(column: pd.Series) -> np.ndarray:
+    # Equal strings, equal codes: the fast reader's columns come as categoricals, whose
+    # codes compare without touching a string.
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy()
+    return pd.factorize(column)[0]
+
+
+def _scalars(table: pa.Table) -> pd.DataFrame:
+    """The fields the rules between events read, strings as categoricals."""
+    return pa.table({name: pc.dictionary_encode(table.column(name))
+                     if table.schema.field(name).type == pa.string() else table.column(name)
+                     for name in REQUIRED}).to_pandas()
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:
@@ -385,7 +403,9 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
     `schema`: so a converter can take bulky parts (records) out of the events while
     the file streams by. If the fast reader meets anything it does not accept,
     `sink.clear()` is called, `read_events` names the bad line (or accepts the file)
-    and its events go through the sink from the start."""
+    and its events go through the sink from the start. A sink with a `fault_lines`
+    attribute gets there, from the fast reader, the byte offsets where fault events
+    may be (for `nemesis_values`), as the parse saw them; else it is left None."""
     path = _existing(path)
     take = sink.take if sink is not None else (lambda batch: batch)
     schema = sink.schema if sink is not None else EVENT
@@ -394,10 +414,12 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
     if cut == 0:
         return schema.empty_table()
     try:
-        table = _parse(path, cut, take, schema)
-        scalars = table.select(list(REQUIRED)).to_pandas()
+        hits: list[int] = []
+        table = _parse(path, cut, take, schema, hits)
         # Any problem sends the file to the per-line reader, which names its line.
-        if _structure_problem(scalars, lambda row: row) is None:
+        if _structure_problem(_scalars(table), lambda row: row) is None:
+            if hasattr(sink, "fault_lines"):
+                sink.fault_lines = sorted(hits)
             return table
     except pa.ArrowInvalid:
         pass
@@ -411,7 +433,12 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
                                  schema=schema)
 
 
-def _parse(path: Path, cut: int, take, schema: pa.Schema) -> pa.Table:
+# What every fault event's line holds: found in the bytes as they stream by, so that
+# the faults' free-form parameters are read from their few lines afterwards.
+_FAULT_NEEDLE = f'"{NEMESIS}"'.encode()
+
+
+def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int]) -> pa.Table:
     # Read as a stream (not a map of the whole file, whose pages would all stay
     # resident while it is parsed): memory is the blocks in flight and what is kept.
     # A big file is cut at line ends into one part per core, each parsed, and each of
@@ -420,7 +447,7 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema) -> pa.Table:
     ranges = _ranges(path, cut, max(1, min(PARTS or cores(), cut // (2 * _BLOCK))))
     if len(ranges) == 1:
         with open(path, "rb") as fh:
-            source = path if cut == os.fstat(fh.fileno()).st_size else _Prefix(fh, cut)
+            source = _Scanned(fh, 0, cut, hits)
             kept = [take(_conform(batch)) for batch in _ahead(_reader(source))]
         return pa.Table.from_batches(kept, schema=schema)
     parts: list[list[pa.RecordBatch]] = [[] for _ in ranges]
@@ -431,7 +458,7 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema) -> pa.Table:
         try:
             with open(path, "rb") as fh:
                 fh.seek(start)
-                for batch in _reader(_Prefix(fh, end - start)):
+                for batch in _reader(_Scanned(fh, start, end - start, hits)):
                     if stop.is_set():
                         return
                     parts[i].append(take(_conform(batch)))
@@ -524,20 +551,38 @@ def _ahead(reader):
             thread.join(0.05)
 
 
-class _Prefix(io.RawIOBase):
-    """The next `cut` bytes of an open binary file, as a file to read."""
+class _Scanned(io.RawIOBase):
+    """The `cut` bytes of an open binary file from its position `start`, as a file to
+    read, noting in `hits` the offset of each _FAULT_NEEDLE in them."""
 
-    def __init__(self, fh, cut: int) -> None:
-        self.fh, self.left = fh, cut
+    def __init__(self, fh, start: int, cut: int, hits: list[int]) -> None:
+        self.fh, self.at, self.left, self.hits = fh, start, cut, hits
+        self.tail = b""  # the end of the last read, where a needle may begin
 
     def readable(self) -> bool:
         return True
 
+    def read(self, size: int = -1) -> bytes:
+        # pyarrow reads through read(); the bytes it gets are the ones searched.
+        data = self.fh.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        keep = len(_FAULT_NEEDLE) - 1
+        seam = self.tail + data[:keep]
+        at = seam.find(_FAULT_NEEDLE)
+        if at >= 0:
+            self.hits.append(self.at - len(self.tail) + at)
+        at = data.find(_FAULT_NEEDLE)
+        while at >= 0:
+            self.hits.append(self.at + at)
+            at = data.find(_FAULT_NEEDLE, at + 1)
+        self.tail = (self.tail + data)[-keep:] if len(data) < keep else data[-keep:]
+        self.at += len(data)
+        return data
+
     def readinto(self, buffer) -> int:
-        view = memoryview(buffer)[:self.left]
-        n = self.fh.readinto(view) if len(view) else 0
-        self.left -= n
-        return n
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
@@ -618,27 +663,59 @@ def values_at(path: str | os.PathLike, indexes) -> dict[int, dict]:
     return out
 
 
-def nemesis_values(path: str | os.PathLike) -> dict[int, dict]:
+def nemesis_values(path: str | os.PathLike, near: list[int] | None = None) -> dict[int, dict]:
     """index -> `value` of every fault event (the parameters the fast reader does not
-    parse). A history holds few faults: their lines are found by a byte search."""
+    parse). A history holds few faults: their lines are found by a byte search, of
+    the whole file, or only of the lines at the byte offsets `near` (the fast
+    reader's finds, events_table)."""
     path = _existing(path)
     out: dict[int, dict] = {}
-    needle = f'"{NEMESIS}"'.encode()
     with _Mapped(path) as data:
         cut = _complete_length(path, data, warn=False)
+    if near is not None:
+        # Read, not mapped: a mapped page brings its neighbours, and thousands of
+        # faults spread over a big file would bring most of it.
+        with open(path, "rb") as fh:
+            lines = {_line_around(fh.fileno(), at, cut) for at in near if at < cut}
+        for line in sorted(lines):
+            _fault_line(line[1], out)
+        return out
     # Searched block by block, so the file is never resident all at once.
     for data in _whole_lines(path, cut, 8 << 20):
-        at = data.find(needle)
+        at = data.find(_FAULT_NEEDLE)
         while at >= 0:
             start = data.rfind(b"\n", 0, at) + 1
             end = data.find(b"\n", at)
             end = len(data) if end < 0 else end
-            event = json.loads(data[start:end])
-            if event.get("process") == NEMESIS:
-                value = event.get("value")
-                out[event["index"]] = value if isinstance(value, dict) else {}
-            at = data.find(needle, end)
+            _fault_line(data[start:end], out)
+            at = data.find(_FAULT_NEEDLE, end)
     return out
+
+
+def _line_around(fd: int, at: int, cut: int, step: int = 4096) -> tuple[int, bytes]:
+    """(start, text) of the line of the file that holds byte `at` (not past `cut`)."""
+    start = at
+    while start > 0:
+        lo = max(0, start - step)
+        nl = os.pread(fd, start - lo, lo).rfind(b"\n")
+        if nl >= 0:
+            start = lo + nl + 1
+            break
+        start = lo
+    pieces, end = [], at
+    while end < cut:
+        piece = os.pread(fd, min(step, cut - end), end)
+        nl = piece.find(b"\n")
+        pieces.append(piece if nl < 0 else piece[:nl])
+        end = cut if nl >= 0 or not piece else end + len(piece)
+    return start, os.pread(fd, at - start, start) + b"".join(pieces)
+
+
+def _fault_line(line: bytes, out: dict[int, dict]) -> None:
+    event = json.loads(line)
+    if event.get("process") == NEMESIS:
+        value = event.get("value")
+        out[event["index"]] = value if isinstance(value, dict) else {}
 
 
 def _line_starts(data, cut: int) -> np.ndarray:

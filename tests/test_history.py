@@ -251,3 +251,38 @@ def test_a_bad_line_in_a_later_part_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(history, "PARTS", 3)
     with pytest.raises(HistoryError, match=rf"h\.jsonl:{bad + 1}: "):
         tables_of(path)
+
+
+def test_the_needle_is_found_across_reads(tmp_path):
+    # pyarrow reads a part in blocks; a fault's "nemesis" may straddle two of them.
+    import io
+
+    from onceproof.checkers import history
+    text = b'{"a":1}\n{"process":"nemesis"}\n{"process":"nemesis","x":"nemesis"}\n'
+    for size in (1, 3, 4, 7, 64):
+        hits: list[int] = []
+        scanned = history._Scanned(io.BytesIO(b"xx" + text), 2, len(text), hits)
+        scanned.fh.seek(2)
+        while scanned.read(size):
+            pass
+        expected = [i + 2 for i in range(len(text)) if text.startswith(b'"nemesis"', i)]
+        assert sorted(hits) == expected, size
+
+
+def test_fault_lines_found_while_parsing_give_every_fault(tmp_path, monkeypatch):
+    # The fast reader notes where fault lines are; reading only those lines gives the
+    # same parameters as searching the whole file.
+    from onceproof.checkers import history
+    from onceproof.checkers.extract import Extract
+    from onceproof.checkers.spool import Partitions, PollSpool
+    from tests.support.synth.clients import Shape, synthesize_file
+    path = tmp_path / "h.jsonl"
+    synthesize_file(path, 3, Shape(ops=3000))
+    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
+    monkeypatch.setattr(history, "PARTS", 3)
+    sink = Extract(PollSpool(tmp_path, Partitions()))
+    events_table(path, sink=sink)
+    assert sink.fault_lines is not None
+    everything = history.nemesis_values(path)
+    assert len(everything) > 10
+    assert history.nemesis_values(path, sink.fault_lines) == everything
