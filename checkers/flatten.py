@@ -13,6 +13,7 @@ joined only as its bucket of steps is written (checkers/spool.py).
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -261,7 +262,7 @@ def _steps_of(name: str, table: pa.Table) -> pa.Table:
     for fld in SCHEMAS["steps"]:
         column = source.get(fld.name, fld.name)
         if fld.name == "kind":
-            cols["kind"] = pa.array([kind] * n, type=pa.string())
+            cols["kind"] = pa.repeat(pa.scalar(kind, pa.string()), n)
         elif column in table.column_names:
             cols[fld.name] = table.column(column).cast(fld.type)
         else:
@@ -350,8 +351,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         write("txns", txns_t)
         write("writes", writes)
 
-        steps = StepSpool(spool, partitions)
-        steps.add(_steps_of("writes", writes))
+        steps = StepSpool(partitions)
+        steps.add(writes, functools.partial(_steps_of, "writes"))
 
         def reads_of(key) -> pa.Table | None:
             # A partition's reads, joined when its bucket is written (checkers/spool.py).
@@ -366,7 +367,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         offsets = written("offsets", _offsets, lists, ops_t, ops_index, txns_t, txns_index)
         evidence = _evidence(writes, n_reads, offsets)
         for name in ("positions", "offsets", "watermarks"):
-            steps.add(_steps_of(name, offsets if name == "offsets" else made[name].result()))
+            steps.add(offsets if name == "offsets" else made[name].result(),
+                      functools.partial(_steps_of, name))
         n_faults = made["faults"].result().num_rows
         made["ops"].result()
     stats = {
@@ -384,8 +386,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
         "partitions": len(partitions.keys),
     }
     # Nothing of the events is needed to regroup the steps: let them go first. The
-    # ops, transactions and writes stay: the reads are joined to them as their
-    # buckets are written.
+    # ops, transactions and the steps' sources stay: the reads are joined to them, and
+    # each partition's rows are taken from them, as their buckets are written.
     del lists, txns, made, offsets
     stats["steps"] = steps.finish(out / "steps.parquet")
     return stats

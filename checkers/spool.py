@@ -177,25 +177,64 @@ class PollSpool(_Grouped):
         return pa.Table.from_batches(pieces, schema=self.schema) if pieces else None
 
 
-class StepSpool(_Grouped):
-    """The steps table, spooled to disk grouped by partition, then written as bucket
-    files that each hold whole partitions in one Parquet row group: a check task (on
-    Spark or local) reads one file whole, so it sees all the steps of the partitions
-    it is given (checkers/engine.py), with no shuffle at check time.
+class StepSpool:
+    """The steps table, kept as its sources (the writes, positions, offsets and
+    watermarks tables, each with its rows' partition ids in order), then written as
+    bucket files that each hold whole partitions in one Parquet row group: a check
+    task (on Spark or local) reads one file whole, so it sees all the steps of the
+    partitions it is given (checkers/engine.py), with no shuffle at check time.
 
-    `finish` reads, for each bucket (two at a time), only the batches of that bucket's
-    partitions, and makes their reads then (`later`): its memory is two buckets'
-    steps, not the whole table."""
+    The sources are small beside the polls' records, and held anyway (the reads are
+    joined to the writes), so only a partition's rows of each are taken, and made
+    steps, as its bucket is written. `finish` writes two buckets at a time and makes
+    their reads then (`later`): its memory is two buckets' steps, not the whole table."""
 
-    def __init__(self, folder: Path, partitions: Partitions) -> None:
-        super().__init__(folder, "steps", partitions)
-        # Steps made per partition when its bucket is written, after the blocks added
-        # so far (their place in each partition's order).
+    def __init__(self, partitions: Partitions) -> None:
+        self.partitions = partitions
+        # Per source, in the order added: (its rows as steps, the rows, their row
+        # numbers grouped by partition id, where each partition's run starts and ends).
+        self.sources: list[tuple[Callable[[pa.Table], pa.Table], pa.Table, np.ndarray,
+                                 dict[int, tuple[int, int]]]] = []
+        # Steps made per partition when its bucket is written, after the sources
+        # added so far (their place in each partition's order).
         self.later: Callable[[Key], pa.Table | None] | None = None
         self.later_at = 0
 
+    def add(self, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
+        """Keep `table`, whose rows `as_steps` makes into steps (row by row)."""
+        if not table.num_rows:
+            return
+        with self.partitions.lock:
+            pid = self.partitions.ids_of(table)
+        order = np.argsort(pid, kind="stable")
+        sorted_ = pid[order]
+        cuts = np.flatnonzero(np.r_[True, sorted_[1:] != sorted_[:-1]])
+        ends = np.r_[cuts[1:], len(pid)]
+        runs = {int(sorted_[a]): (int(a), int(b)) for a, b in zip(cuts, ends)}
+        with self.partitions.lock:
+            for p, (a, b) in runs.items():
+                self.partitions.sizes[p] += b - a
+        self.sources.append((as_steps, table, order, runs))
+
     def add_later(self, make: Callable[[Key], pa.Table | None]) -> None:
-        self.later, self.later_at = make, len(self.blocks)
+        self.later, self.later_at = make, len(self.sources)
+
+    def _rows(self, p: int) -> list[pa.Table]:
+        """Partition p's steps, source by source in the order added."""
+        out = []
+        for i, (as_steps, table, order, runs) in enumerate(self.sources):
+            if i == self.later_at:
+                out.extend(self._made(p))
+            if p in runs:
+                a, b = runs[p]
+                out.append(as_steps(table.take(pa.array(order[a:b], type=pa.int64()))))
+        if self.later_at >= len(self.sources):
+            out.extend(self._made(p))
+        return out
+
+    def _made(self, p: int) -> list[pa.Table]:
+        made = self.later(self.partitions.keys[p]) if self.later is not None else None
+        return [made] if made is not None and made.num_rows else []
 
     def finish(self, folder: Path) -> int:
         """Write the bucket files into `folder`; return the number of steps."""
@@ -216,15 +255,7 @@ class StepSpool(_Grouped):
         counts = [0] * n
 
         def write(b: int) -> None:
-            tables = []
-            for p in members[b]:
-                pieces = self.pieces(p)
-                if self.later is not None:
-                    made = self.later(keys[p])
-                    if made is not None and made.num_rows:
-                        at = sum(1 for path, where in self.blocks[:self.later_at] if p in where)
-                        pieces[at:at] = made.to_batches()
-                tables.append(pa.Table.from_batches(pieces, schema=schema))
+            tables = [t for p in members[b] for t in self._rows(p)]
             part = pa.concat_tables(tables) if tables else schema.empty_table()
             counts[b] = part.num_rows
             pq.write_table(part, folder / f"part-{b:05d}.parquet",
