@@ -22,10 +22,7 @@ pandas frame`, run on the driver over those columns of the ops table.
 """
 from __future__ import annotations
 
-import importlib
-import multiprocessing
-import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import anomaly
-from .history import cores
+from . import anomaly, forked
 from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
@@ -223,17 +219,6 @@ def partition_pass(tables, families):
     return tables.spark.range(0, n, 1, max(1, n)).mapInArrow(task, struct_type(OUT_SCHEMA))
 
 
-# From this many steps up, the local pass runs its bucket files in several processes:
-# starting one (imports) costs about a second.
-PARALLEL_STEPS = 400_000
-_FORK = "fork" in multiprocessing.get_all_start_methods()
-
-
-def _importable(families) -> bool:
-    """Whether a worker process can import each family by its module name."""
-    return all(sys.modules.get(getattr(fam, "__name__", "")) is fam for fam in families)
-
-
 def _bucket_files(directory) -> list[Path]:
     """The steps table's bucket files, in order (each holds whole partitions)."""
     steps = Path(directory) / "steps.parquet"
@@ -241,41 +226,41 @@ def _bucket_files(directory) -> list[Path]:
 
 
 def _bucket_with(path, families) -> pd.DataFrame:
-    return run_all(pq.read_table(path).to_pandas(types_mapper=_ARROW_TYPES), families)
+    return bucket_rows(families)(pq.read_table(path))
 
 
-def _bucket(path: str, names: list[str]) -> pd.DataFrame:
-    """One bucket file's rows, in a worker process (families by module name)."""
-    return _bucket_with(path, [importlib.import_module(n) for n in names])
+def bucket_rows(families) -> Callable[[pa.Table], pd.DataFrame]:
+    """The families' per-partition rows (conformed OUT_SCHEMA) of one bucket's steps."""
+    def rows(steps: pa.Table) -> pd.DataFrame:
+        return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES), families)
+    return rows
 
 
 def local_pass(directory, families) -> pd.DataFrame:
-    """The same pass without Spark, in this process. For small histories, where
-    Spark's fixed cost is most of the time, and as the plain-pandas baseline."""
-    # One bucket file at a time (each holds whole partitions, checkers/spool.py), as
-    # Spark's tasks get them: memory is a bucket's steps, not the whole table's.
+    """The same pass without Spark, in this machine's processes (one per core,
+    checkers/forked.py): on one machine, Spark would run the same pandas on the same
+    cores after starting a JVM."""
+    # One bucket file at a time per process (each holds whole partitions,
+    # checkers/spool.py), as Spark's tasks get them: memory is a bucket's steps, not
+    # the whole table's.
     files = _bucket_files(directory)
-    names = [fam.__name__ for fam in families]
-    workers = min(len(files), cores())
-    if workers > 1 and _FORK and _importable(families) and \
-            sum(pq.ParquetFile(f).metadata.num_rows for f in files) >= PARALLEL_STEPS:
-        # The families are pandas, which holds the GIL: processes, one per core, each
-        # given whole bucket files, the rows gathered in file order (as one process
-        # makes them). Forked, as PySpark starts its Python workers: spawning would
-        # import the caller's __main__ again, and Arrow's thread pools survive a fork.
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            frames = list(pool.map(_bucket, [str(f) for f in files], [names] * len(files)))
-    else:
-        frames = [_bucket_with(f, families) for f in files]
+    return _gathered(forked.each(lambda f: _bucket_with(f, families), files,
+                                 sum(pq.ParquetFile(f).metadata.num_rows for f in files)))
+
+
+def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
 
 
-def collect(tables, families, local: bool = False) -> pd.DataFrame:
+def collect(tables, families, local: bool = False,
+            rows: list[pd.DataFrame] | None = None) -> pd.DataFrame:
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
-    local=True the per-partition pass runs in pandas here instead of on Spark."""
-    if local:
+    local=True the per-partition pass runs in pandas here instead of on Spark, unless
+    it ran already: `rows`, bucket_rows of every bucket (store.convert_each)."""
+    if rows is not None:
+        out = _gathered(rows)
+    elif local:
         # run_all's rows are conformed already.
         out = local_pass(tables.dir, families)
     else:

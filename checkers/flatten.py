@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -302,8 +303,11 @@ def _count(column) -> dict[str, int]:
             sorted(pc.value_counts(column).to_pylist(), key=lambda c: c["values"])}
 
 
-def write_tables(path: Path, out: Path, spool: Path) -> dict:
-    """Write the tables of the JSONL history at `path` under `out`; return its stats."""
+def write_tables(path: Path, out: Path, spool: Path,
+                 each: Callable[[pa.Table], Any] | None = None) -> tuple[dict, list | None]:
+    """Write the tables of the JSONL history at `path` under `out`; return its stats.
+    With `each`, the steps are not written: `each` of every bucket's steps is run
+    (StepSpool.each) and its results are returned too, else None."""
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
     lists = Extract(polls)
@@ -389,5 +393,8 @@ def write_tables(path: Path, out: Path, spool: Path) -> dict:
     # ops, transactions and the steps' sources stay: the reads are joined to them, and
     # each partition's rows are taken from them, as their buckets are written.
     del lists, txns, made, offsets
-    stats["steps"] = steps.finish(out / "steps.parquet")
-    return stats
+    if each is None:
+        stats["steps"] = steps.finish(out / "steps.parquet")
+        return stats, None
+    stats["steps"], results = steps.each(each)
+    return stats, results

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import forked
 from .arrow import ints
 from .tables import SCHEMAS
 
@@ -33,6 +35,7 @@ _DICTIONARY = [f.name for f in SCHEMAS["steps"]
                if f.type == pa.string() and f.name not in ("txn", "w_txn")]
 
 Key = tuple[str | None, int | None]
+T = TypeVar("T")
 
 
 class Partitions:
@@ -236,11 +239,8 @@ class StepSpool:
         made = self.later(self.partitions.keys[p]) if self.later is not None else None
         return [made] if made is not None and made.num_rows else []
 
-    def finish(self, folder: Path) -> int:
-        """Write the bucket files into `folder`; return the number of steps."""
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+    def _buckets(self) -> list[list[int]]:
+        """The partition ids of each bucket."""
         sizes, keys = self.partitions.sizes, self.partitions.keys
         n = max(1, min(BUCKETS, len(sizes)))
         # Largest partitions first, each to the emptiest bucket: balanced tasks.
@@ -251,12 +251,22 @@ class StepSpool:
             b = load.index(min(load))
             load[b] += sizes[p]
             members[b].append(p)
-        schema = SCHEMAS["steps"]
-        counts = [0] * n
+        return members
+
+    def _bucket(self, members: list[int]) -> pa.Table:
+        tables = [t for p in members for t in self._rows(p)]
+        return pa.concat_tables(tables) if tables else SCHEMAS["steps"].empty_table()
+
+    def finish(self, folder: Path) -> int:
+        """Write the bucket files into `folder`; return the number of steps."""
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        members = self._buckets()
+        counts = [0] * len(members)
 
         def write(b: int) -> None:
-            tables = [t for p in members[b] for t in self._rows(p)]
-            part = pa.concat_tables(tables) if tables else schema.empty_table()
+            part = self._bucket(members[b])
             counts[b] = part.num_rows
             pq.write_table(part, folder / f"part-{b:05d}.parquet",
                            row_group_size=max(1, part.num_rows), use_dictionary=_DICTIONARY,
@@ -265,5 +275,18 @@ class StepSpool:
         # Two buckets at a time: joins, Parquet encoding and file reads are mostly
         # Arrow's, without the GIL, and memory is still a couple of buckets' steps.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="onceproof-buckets") as pool:
-            list(pool.map(write, range(n)))
+            list(pool.map(write, range(len(members))))
         return sum(counts)
+
+    def each(self, func: Callable[[pa.Table], T]) -> tuple[int, list[T]]:
+        """`func` of each bucket's steps, made and given in memory instead of written:
+        (the number of steps, the results in bucket order). The buckets are made and
+        `func` runs in forked processes, one per core (checkers/forked.py)."""
+        members = self._buckets()
+
+        def one(b: int) -> tuple[int, T]:
+            part = self._bucket(members[b])
+            return part.num_rows, func(part)
+
+        done = forked.each(one, range(len(members)), sum(self.partitions.sizes))
+        return sum(n for n, _ in done), [result for _, result in done]

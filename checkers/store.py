@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +23,7 @@ from .tables import SCHEMAS, TABLES
 MANIFEST = "manifest.json"
 FORMAT = 5
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
+T = TypeVar("T")
 
 
 def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
@@ -33,19 +36,38 @@ def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     return tables, stats
 
 
-def convert(path: str | Path, out: str | Path) -> Path:
-    """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
-    path, out = Path(path), Path(out)
+def _history_file(path: str | Path) -> Path:
+    path = Path(path)
     if path.is_dir():
         raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
                            "or a directory written by `convert`")
+    return path
+
+
+def convert(path: str | Path, out: str | Path) -> Path:
+    """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
+    path, out = _history_file(path), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
     with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
-        stats = write_tables(path, out, Path(spool))
+        stats, _ = write_tables(path, out, Path(spool))
     (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
                                             "stats": stats}, indent=1))
     return out
+
+
+def convert_each(path: str | Path, out: str | Path,
+                 each: Callable[[pa.Table], T]) -> tuple[dict, list[T]]:
+    """`convert` without the steps table: `each` is run on every bucket of steps as it
+    is made, in memory, in a worker process per core (spool.StepSpool.each). Returns
+    the stats and the results, in bucket order. `out` gets the other tables but no
+    manifest: it is not a conversion, for a check that needs no files of the steps."""
+    path, out = _history_file(path), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
+        stats, results = write_tables(path, out, Path(spool), each)
+    assert results is not None
+    return stats, results
 
 
 def is_converted(path: str | Path) -> bool:

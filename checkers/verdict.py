@@ -2,13 +2,14 @@
 
 `check` converts the history once into its tables (checkers/store.py) and runs every
 family of checkers in one pass (checkers/engine.py): every per-partition check in one
-pandas pass over each partition's steps (in this process for small histories, else in
-one Spark mapInArrow with no shuffle), then the cross-partition checks on the driver.
-Spark starts only when a history is large enough to need it.
+pandas pass over each partition's steps (in this machine's processes, or, when a
+Spark master is named, in one Spark mapInArrow with no shuffle), then the
+cross-partition checks on the driver. Spark starts only for a check on Spark.
 """
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,11 +30,8 @@ from . import (
     ordering,
     pipeline,
 )
-from .store import convert, is_converted, read_parquet
+from .store import Tables, convert, convert_each, is_converted, read_parquet
 
-# Below this many steps (reads + writes + position changes + ...) a history is checked
-# without Spark unless asked otherwise.
-LOCAL_STEPS = 20_000
 FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, liveness)
 
 
@@ -176,25 +174,34 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
           local: bool | None = None) -> Verdict:
     """Check a history (JSONL file, or a directory of its Parquet tables).
 
-    local: run the per-partition pass in pandas in this process instead of on Spark;
-    by default (None) histories of fewer than LOCAL_STEPS steps are checked locally,
-    since for them Spark's fixed cost is most of the time. Same checks either way.
-    Only a check on Spark uses `spark` (a session) or, when none is given, starts one
-    on `spark_master` (checkers/spark.py); a local check never imports pyspark.
+    local: run the per-partition pass in pandas in this machine's processes (one per
+    core) instead of on Spark. By default (None) a check runs on Spark only when
+    `spark_master` (or ONCEPROOF_SPARK_MASTER) names a Spark master: on one machine, Spark
+    would run the same pandas on the same cores, after starting a JVM. Same checks
+    either way. Only a check on Spark uses `spark` (a session) or, when none is
+    given, starts one on `spark_master` (checkers/spark.py); a local check never
+    imports pyspark. A local check of a JSONL history checks each bucket of steps as
+    the converter makes it, without writing the steps (store.convert_each).
     Raises HistoryError when the history cannot be read; that happens before Spark
     starts, so a bad path costs nothing."""
     started = time.perf_counter()
     path = Path(path)
+    if local is None:
+        local = not (spark_master or os.environ.get("ONCEPROOF_SPARK_MASTER"))
     with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
-        if not is_converted(path):
-            path = convert(path, Path(work) / "tables")
-        tables = read_parquet(path)
-        if local is None:
-            local = tables.stats.get("steps", LOCAL_STEPS) < LOCAL_STEPS
+        rows = None
+        if is_converted(path):
+            tables = read_parquet(path)
+        elif local:
+            folder = Path(work) / "tables"
+            stats, rows = convert_each(path, folder, engine.bucket_rows(FAMILIES))
+            tables = Tables(folder, None, stats)
+        else:
+            tables = read_parquet(convert(path, Path(work) / "tables"))
         if not local:
             from .spark import session
             tables.spark = spark or session(spark_master)
-        found = engine.collect(tables, FAMILIES, local=local)
+        found = engine.collect(tables, FAMILIES, local=local, rows=rows)
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                               kind="stable")
     per_type: dict[str, int] = {}

@@ -96,8 +96,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     from onceproof.report.page import write_report
     console = console or Console()
     from onceproof.cluster.provision import kafka_version
-    # Every input is checked before anything slow starts (the cluster; Spark, if a history
-    # is big enough to need it).
+    # Every input is checked before anything slow starts (the cluster; Spark, if a
+    # Spark master is named).
     kafka_version(opts.kafka_version)
     if opts.external is not None:
         # Connected first (one line and nothing created when it cannot be), since the

@@ -45,8 +45,8 @@ class Trial:
 
 def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master: str | None = None,
               on_progress: Callable[[float, float, str], None] | None = None) -> Trial:
-    """Run plan on cluster, recording into folder, and check the history; Spark (at
-    spark_master, default local) starts only if the history is big enough to need it."""
+    """Run plan on cluster, recording into folder, and check the history: on the Spark
+    cluster at spark_master if one is named, else in this machine's processes."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if cluster.base:

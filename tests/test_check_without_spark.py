@@ -1,4 +1,4 @@
-"""A check that runs locally (every small history, by default) never starts Spark: no
+"""A check that runs locally (every check without a Spark master) never starts Spark: no
 pyspark import, no JVM. Run in a fresh interpreter, so nothing else has loaded pyspark."""
 from __future__ import annotations
 

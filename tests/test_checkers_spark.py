@@ -3,14 +3,16 @@ with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
 from __future__ import annotations
 
 import json
+import os
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, check, engine
+from onceproof.checkers import Verdict, anomaly, check, engine, forked
 from onceproof.checkers.anomaly import TYPES
-from onceproof.checkers.store import convert, read_parquet
+from onceproof.checkers.history import cores
+from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
 from tests.histories import RU, History, assert_witnessed
@@ -143,6 +145,29 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     # Witnesses too: Spark hands them back through Arrow as the same {op, role} lists.
     assert all(isinstance(w, list) and w for w in on_spark["witnesses"])
     assert _rows(on_spark) == _rows(here)
+
+
+def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_path, monkeypatch):
+    """A local check of a JSONL checks each bucket of steps in a forked worker as the
+    converter makes it, and writes no steps: the same anomalies, witnesses included,
+    as the check of the history's Parquet tables."""
+    monkeypatch.setattr(forked, "MIN_WORK", 0)  # workers even for a history this small
+    tables = read_parquet(convert(sink, tmp_path / "tables"))
+    stats, rows = convert_each(sink, tmp_path / "each", engine.bucket_rows(FAMILIES))
+    assert len(rows) > 1 and stats["steps"] == tables.stats["steps"]
+    assert not (tmp_path / "each" / "steps.parquet").exists()
+    fused = engine.collect(Tables(tmp_path / "each", None, stats), FAMILIES, local=True,
+                           rows=rows)
+    assert set(fused["type"]) == set(TYPES)
+    assert _rows(fused) == _rows(engine.collect(tables, FAMILIES, local=True))
+    assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
+
+
+def test_forked_workers_are_other_processes_and_keep_the_order():
+    pids = forked.each(lambda i: (i, os.getpid()), range(6), forked.MIN_WORK)
+    assert [i for i, _ in pids] == list(range(6))
+    workers = {pid for _, pid in pids}
+    assert (os.getpid() not in workers) == (cores() > 1), workers
 
 
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):

@@ -1,0 +1,48 @@
+"""A function over items in forked worker processes, one per core.
+
+The per-partition work is pandas, which holds the GIL, so it runs in processes. They
+are forked, as PySpark starts its Python workers: the function and everything it
+reaches (the ops, the writes, the families) travel by the fork, not pickled, and
+spawning would import the caller's __main__ again. Arrow's thread pools survive a fork.
+Only the items' results are pickled back. Without fork (or one core, or one item) the
+items run here, in order."""
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
+
+from .history import cores
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_FORK = "fork" in multiprocessing.get_all_start_methods()
+# Below this much work (rows), the items run here: starting the workers costs more.
+MIN_WORK = 400_000
+# The function of the map in flight, which the forked workers inherit.
+_CALL: Callable | None = None
+
+
+def _call(item):
+    assert _CALL is not None
+    return _CALL(item)
+
+
+def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
+    """[func(item) for item in items], in order, in up to one process per core when
+    the items hold `work` rows of at least MIN_WORK. Call it while no other thread of
+    this process is working: a fork copies whatever locks such a thread holds."""
+    global _CALL
+    items = list(items)
+    workers = min(len(items), cores())
+    if workers <= 1 or work < MIN_WORK or not _FORK or _CALL is not None:
+        return [func(item) for item in items]
+    _CALL = func
+    try:
+        with ProcessPoolExecutor(max_workers=workers,
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_call, items))
+    finally:
+        _CALL = None
