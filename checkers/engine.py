@@ -226,17 +226,31 @@ def _bucket_files(directory) -> list[Path]:
 
 
 def _bucket_with(path, families) -> pd.DataFrame:
-    return bucket_rows(families)(pq.read_table(path))
+    return _rows_of(pq.read_table(path), families)
 
 
-def bucket_rows(families) -> Callable[[pa.Table], pd.DataFrame]:
-    """The families' per-partition rows (conformed OUT_SCHEMA) of one bucket's steps."""
-    def rows(steps: pa.Table) -> pd.DataFrame:
-        return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES), families)
+def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
+    return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES), families)
+
+
+# A pass's rows, apart: (anomalies, facts), both conformed OUT_SCHEMA frames.
+Rows = tuple[pd.DataFrame, pd.DataFrame]
+
+
+def _apart(out: pd.DataFrame) -> Rows:
+    is_anomaly = (out["row"] == ANOMALY).to_numpy(dtype=bool)
+    return out[is_anomaly], out[~is_anomaly]
+
+
+def bucket_rows(families) -> Callable[[pa.Table], Rows]:
+    """The families' per-partition rows of one bucket's steps, apart (where they are
+    made: a worker's rows are split before they travel, not all together after)."""
+    def rows(steps: pa.Table) -> Rows:
+        return _apart(_rows_of(steps, families))
     return rows
 
 
-def local_pass(directory, families) -> pd.DataFrame:
+def local_pass(directory, families) -> list[Rows]:
     """The same pass without Spark, in this machine's processes (one per core,
     checkers/forked.py): on one machine, Spark would run the same pandas on the same
     cores after starting a JVM."""
@@ -244,42 +258,42 @@ def local_pass(directory, families) -> pd.DataFrame:
     # checkers/spool.py), as Spark's tasks get them: memory is a bucket's steps, not
     # the whole table's.
     files = _bucket_files(directory)
-    return _gathered(forked.each(lambda f: _bucket_with(f, families), files,
-                                 sum(pq.ParquetFile(f).metadata.num_rows for f in files)))
+    return forked.each(lambda f: _apart(_bucket_with(f, families)), files,
+                       sum(pq.ParquetFile(f).metadata.num_rows for f in files))
 
 
 def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
+    if not frames:
+        return conform(pd.DataFrame({"row": []}))
+    return frames[0].reset_index(drop=True) if len(frames) == 1 else \
+        pd.concat(frames, ignore_index=True)
 
 
 def collect(tables, families, local: bool = False,
-            rows: list[pd.DataFrame] | None = None) -> pd.DataFrame:
+            rows: list[Rows] | None = None) -> pd.DataFrame:
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
     local=True the per-partition pass runs in pandas here instead of on Spark, unless
     it ran already: `rows`, bucket_rows of every bucket (store.convert_each)."""
-    if rows is not None:
-        out = _gathered(rows)
-    elif local:
-        # run_all's rows are conformed already.
-        out = local_pass(tables.dir, families)
-    else:
+    if rows is None and local:
+        rows = local_pass(tables.dir, families)
+    if rows is None:
         out = partition_pass(tables, families).toArrow().to_pandas(types_mapper=_ARROW_TYPES)
-        out = conform(out) if len(out) else conform(pd.DataFrame({"row": []}))
-    is_anomaly = (out["row"] == ANOMALY).to_numpy(dtype=bool)
-    found = [out[is_anomaly]]
-    fact_rows = out[~is_anomaly].reset_index(drop=True)
-    for fam in families:
+        rows = [_apart(conform(out) if len(out) else conform(pd.DataFrame({"row": []})))]
+    fact_rows = _gathered([facts for _, facts in rows])
+
+    def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
             ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
             done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
-        elif hasattr(fam, "finish"):
-            done = fam.finish(fact_rows)
         else:
-            continue
-        if len(done):
-            found.append(conform(done))
-    result = pd.concat([f for f in found if len(f)] or [found[0]], ignore_index=True)
+            done = fam.finish(fact_rows)
+        return conform(done) if len(done) else None
+
+    # The families' cross-partition work is independent: one process per core too.
+    last = [fam for fam in families if hasattr(fam, "from_ops") or hasattr(fam, "finish")]
+    found = [a for a, _ in rows] + forked.each(finished, last, len(fact_rows))
+    result = _gathered([f for f in found if f is not None])
     result = _resolve(result, tables.dir)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 

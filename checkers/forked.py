@@ -2,9 +2,9 @@
 
 The per-partition work is pandas, which holds the GIL, so it runs in processes. They
 are forked, as PySpark starts its Python workers: the function and everything it
-reaches (the ops, the writes, the families) travel by the fork, not pickled, and
-spawning would import the caller's __main__ again. Arrow's thread pools survive a fork.
-Only the items' results are pickled back. Without fork (or one core, or one item) the
+reaches (the items, the ops, the writes, the families) travel by the fork, not
+pickled, and spawning would import the caller's __main__ again. Arrow's thread pools
+survive a fork. Only the items' results are pickled back. Without fork (or one core, or one item) the
 items run here, in order."""
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ MIN_WORK = 400_000
 _CALL: Callable | None = None
 
 
-def _call(item):
+def _call(i: int):
     assert _CALL is not None
-    return _CALL(item)
+    return _CALL(i)
 
 
 def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
@@ -39,10 +39,11 @@ def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
     workers = min(len(items), cores())
     if workers <= 1 or work < MIN_WORK or not _FORK or _CALL is not None:
         return [func(item) for item in items]
-    _CALL = func
+    # The workers get each item's place, not the item: items need not pickle.
+    _CALL = lambda i: func(items[i])  # noqa: E731
     try:
         with ProcessPoolExecutor(max_workers=workers,
                                  mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_call, items))
+            return list(pool.map(_call, range(len(items))))
     finally:
         _CALL = None
