@@ -313,8 +313,12 @@ def write_tables(path: Path, out: Path, spool: Path,
     lists = Extract(polls)
     events = events_table(path, sink=lists)
     n_events = events.num_rows
+    # One chunk per column: Arrow's take from a column of many chunks (one per parsed
+    # block) joins them first, at every take, and the reads take from the ops at
+    # every bucket.
     ops_t = _ops(events)
     del events
+    ops_t = ops_t.combine_chunks()
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
 
@@ -344,13 +348,13 @@ def write_tables(path: Path, out: Path, spool: Path,
         txns = txn_status.outcomes(ops_t.filter(in_txn).to_pandas(types_mapper=nullable))
         txns_t = to_arrow("txns", txns)
         txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
-        writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index)
+        writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index).combine_chunks()
         write_index = WriteIndex(writes)
         proven = txn_status.prove(txns, polls, ops_t, ops_index, write_index)
         if proven is not txns:
             txns = proven
             txns_t = to_arrow("txns", txns)
-            writes = txn_status.rejoin_txns(writes, txns_t, txns_index)
+            writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
         write("txns", txns_t)
         write("writes", writes)
