@@ -286,3 +286,30 @@ def test_fault_lines_found_while_parsing_give_every_fault(tmp_path, monkeypatch)
     everything = history.nemesis_values(path)
     assert len(everything) > 10
     assert history.nemesis_values(path, sink.fault_lines) == everything
+
+
+def test_a_line_longer_than_a_block_is_parsed_with_larger_blocks(tmp_path, monkeypatch):
+    # A poll of many records is one long line; pyarrow needs whole lines in a block, so
+    # the fast reader starts again with larger blocks rather than give up on the file.
+    from onceproof.checkers import history
+    path = tmp_path / "h.jsonl"
+    records = [{"topic": "t", "partition": 0, "value": v, "offset": v} for v in range(300)]
+    with HistoryWriter(path) as w:
+        op = w.invoke("p0", "send", {"records": [{k: r[k] for k in ("topic", "partition",
+                                                                    "value")}
+                                                 for r in records]})
+        w.ok(op, {"records": records})
+        op = w.invoke("c0", "poll", {"isolation": "read_committed"})
+        w.ok(op, {"records": records})
+    expected, _ = tables_of(path)
+    longest = max(len(line) for line in path.read_bytes().splitlines())
+    monkeypatch.setattr(history, "_BLOCK", 2048)
+    assert longest > 4 * history._BLOCK
+
+    def slow_path(path):
+        raise AssertionError("the fast reader handed the file to the per-line one")
+    monkeypatch.setattr(history, "read_events", slow_path)
+    tables, stats = tables_of(path)
+    assert stats["reads"] == 300 and stats["writes"] == 300
+    for name, table in expected.items():
+        assert table.equals(tables[name]), name
