@@ -331,9 +331,10 @@ def write_tables(path: Path, out: Path, spool: Path,
         return write(name, frame if isinstance(frame, pa.Table) else to_arrow(name, frame))
 
     # Two chains, one per core (both mostly Arrow and numpy, which let go of the GIL):
-    # what hangs on the transactions' outcomes (writes, their proof, offsets) here, and
-    # what does not (ops, positions, faults, watermarks) in a thread beside. Each table
-    # is written as it is made; steps are spooled in one order, whoever finishes first.
+    # what hangs on the transactions' outcomes (writes and their proof) here, and what
+    # does not (ops, positions, faults, watermarks), then the offsets, which need the
+    # proven outcomes, in a thread beside. Each table is written as it is made; the
+    # steps' sources are kept in one order, whoever finishes first.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
         made = {"ops": beside.submit(write, "ops", ops_t),
                 "positions": beside.submit(written, "positions", _positions, lists, polls,
@@ -356,6 +357,8 @@ def write_tables(path: Path, out: Path, spool: Path,
             txns_t = to_arrow("txns", txns)
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
+        made["offsets"] = beside.submit(written, "offsets", _offsets, lists, ops_t, ops_index,
+                                        txns_t, txns_index)
         write("txns", txns_t)
         write("writes", writes)
 
@@ -372,11 +375,9 @@ def write_tables(path: Path, out: Path, spool: Path,
 
         steps.add_later(reads_of)
         n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
-        offsets = written("offsets", _offsets, lists, ops_t, ops_index, txns_t, txns_index)
-        evidence = _evidence(writes, n_reads, offsets)
         for name in ("positions", "offsets", "watermarks"):
-            steps.add(offsets if name == "offsets" else made[name].result(),
-                      functools.partial(_steps_of, name))
+            steps.add(made[name].result(), functools.partial(_steps_of, name))
+        evidence = _evidence(writes, n_reads, made["offsets"].result())
         n_faults = made["faults"].result().num_rows
         made["ops"].result()
     stats = {
@@ -396,7 +397,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     # Nothing of the events is needed to regroup the steps: let them go first. The
     # ops, transactions and the steps' sources stay: the reads are joined to them, and
     # each partition's rows are taken from them, as their buckets are written.
-    del lists, txns, made, offsets
+    del lists, txns, made
     if each is None:
         stats["steps"] = steps.finish(out / "steps.parquet")
         return stats, None
