@@ -41,7 +41,7 @@ from .arrow import (
 )
 from .extract import Extract
 from .history import NEMESIS, HistoryError, events_table, nemesis_values
-from .spool import Partitions, PollSpool, StepSpool
+from .spool import Partitions, PollSpool, Steps
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
 
@@ -307,7 +307,7 @@ def write_tables(path: Path, out: Path, spool: Path,
                  each: Callable[[pa.Table], Any] | None = None) -> tuple[dict, list | None]:
     """Write the tables of the JSONL history at `path` under `out`; return its stats.
     With `each`, the steps are not written: `each` of every bucket's steps is run
-    (StepSpool.each) and its results are returned too, else None."""
+    (Steps.each) and its results are returned too, else None."""
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
     lists = Extract(polls)
@@ -362,7 +362,7 @@ def write_tables(path: Path, out: Path, spool: Path,
         write("txns", txns_t)
         write("writes", writes)
 
-        steps = StepSpool(partitions)
+        steps = Steps(partitions)
         steps.add(writes, functools.partial(_steps_of, "writes"))
 
         def reads_of(key) -> pa.Table | None:

@@ -1,12 +1,13 @@
-"""The spools that keep a conversion's memory bounded: the polls' records (PollSpool,
-moved to disk as the JSONL streams in) and the steps (StepSpool), both kept on disk
-grouped by (topic, partition), then written as the bucket files the checks read.
+"""What keeps a conversion's memory bounded: the polls' records (PollSpool, moved to
+disk as the JSONL streams in, grouped by (topic, partition)), and the steps (Steps:
+their other sources, kept with each row's partition), from which the buckets of steps
+the checks read are made, a few partitions at a time.
 
 The reads are most of a history's steps (a poll returns many records, each a read),
 and joining one to its op, transaction and write makes a row of some thirty columns
 out of eight. So the polls' records are spooled narrow, and each partition's reads are
-joined only when its bucket is written (StepSpool.finish): the wide rows are made once,
-straight into the bucket file, and never spooled or sorted."""
+joined only when its bucket is made (Steps.finish, Steps.each): the wide rows are made
+once, straight into the bucket, and never spooled or sorted."""
 from __future__ import annotations
 
 import shutil
@@ -180,7 +181,7 @@ class PollSpool(_Grouped):
         return pa.Table.from_batches(pieces, schema=self.schema) if pieces else None
 
 
-class StepSpool:
+class Steps:
     """The steps table, kept as its sources (the writes, positions, offsets and
     watermarks tables, each with its rows' partition ids in order), then written as
     bucket files that each hold whole partitions in one Parquet row group: a check

@@ -59,7 +59,7 @@ def convert(path: str | Path, out: str | Path) -> Path:
 def convert_each(path: str | Path, out: str | Path,
                  each: Callable[[pa.Table], T]) -> tuple[dict, list[T]]:
     """`convert` without the steps table: `each` is run on every bucket of steps as it
-    is made, in memory, in a worker process per core (spool.StepSpool.each). Returns
+    is made, in memory, in a worker process per core (spool.Steps.each). Returns
     the stats and the results, in bucket order. `out` gets the other tables but no
     manifest: it is not a conversion, for a check that needs no files of the steps."""
     path, out = _history_file(path), Path(out)
