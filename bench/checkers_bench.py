@@ -46,6 +46,9 @@ from tests.support.synth.clients import Shape, synthesize_file
 SIZES = {"1m": 1_000_000, "10m": 10_000_000}
 
 
+PSS_EVERY = 0.5  # seconds
+
+
 def _pss(p: psutil.Process) -> int:
     try:
         return p.memory_full_info().pss
@@ -64,6 +67,7 @@ class PeakRSS:
         # This process with its own Python children (the local check's worker
         # processes; not the Spark JVM), their PSS summed at each sample.
         self.local = 0
+        self._next_pss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,15 +77,19 @@ class PeakRSS:
                 own = self.me.memory_info().rss
                 self.driver = max(self.driver, own)
                 # Proportional set sizes: a worker forked from the driver shares its
-                # pages, which its RSS would count again.
-                local = _pss(self.me)
-                for c in self.me.children(recursive=False):
-                    try:
-                        if "java" not in c.name():
-                            local += _pss(c)
-                    except psutil.Error:
-                        pass
-                self.local = max(self.local, local)
+                # pages, which its RSS would count again. Read less often: the kernel
+                # walks every page of a process to count them, and a fault in it
+                # waits meanwhile.
+                if time.monotonic() >= self._next_pss:
+                    self._next_pss = time.monotonic() + PSS_EVERY
+                    local = _pss(self.me)
+                    for c in self.me.children(recursive=False):
+                        try:
+                            if "java" not in c.name():
+                                local += _pss(c)
+                        except psutil.Error:
+                            pass
+                    self.local = max(self.local, local)
                 kids = 0
                 for c in self.me.children(recursive=True):
                     try:

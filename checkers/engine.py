@@ -7,7 +7,9 @@ one mapInArrow runs every family's per-partition check on each partition's steps
 with no shuffle at check time. Each family's `partition(pl)` yields anomaly rows and,
 for what crosses partitions (a transaction's writes in several partitions, dependency
 edges, pipeline outputs), small *fact* rows. The driver collects that one output and
-each family's `finish(facts)` turns facts into the remaining anomalies.
+each family's `finish(facts)` turns facts into the remaining anomalies. Without
+Spark, the same pass runs in forked worker processes (checkers/forked.py), one per
+core, and so do the families' `finish`es, which do not depend on each other.
 
 A row names its witnesses by op (anomaly.COLUMNS `witnesses`). What a partition's steps
 know of some ops is only the index of one of their events (a transaction's commit_txn,

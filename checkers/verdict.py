@@ -4,7 +4,7 @@
 family of checkers in one pass (checkers/engine.py): every per-partition check in one
 pandas pass over each partition's steps (in this machine's processes, or, when a
 Spark master is named, in one Spark mapInArrow with no shuffle), then the
-cross-partition checks on the driver. Spark starts only for a check on Spark.
+cross-partition checks. Spark starts only for a check on Spark.
 """
 from __future__ import annotations
 
