@@ -3,7 +3,6 @@ with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import pytest
@@ -11,7 +10,6 @@ from click.testing import CliRunner
 
 from onceproof.checkers import Verdict, anomaly, check, engine, forked
 from onceproof.checkers.anomaly import TYPES
-from onceproof.checkers.history import cores
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
@@ -164,11 +162,6 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
 
 
-def test_forked_workers_are_other_processes_and_keep_the_order():
-    pids = forked.each(lambda i: (i, os.getpid()), range(6), forked.MIN_WORK)
-    assert [i for i, _ in pids] == list(range(6))
-    workers = {pid for _, pid in pids}
-    assert (os.getpid() not in workers) == (cores() > 1), workers
 
 
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):

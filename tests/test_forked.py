@@ -1,0 +1,60 @@
+"""The local engine's worker processes (checkers/forked.py): results in order, from
+other processes, and no worker outlives the process that forked it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from onceproof.checkers import forked
+from onceproof.checkers.history import cores
+
+
+def test_workers_are_other_processes_and_keep_the_order():
+    pids = forked.each(lambda i: (i, os.getpid()), range(6), forked.MIN_WORK)
+    assert [i for i, _ in pids] == list(range(6))
+    workers = {pid for _, pid in pids}
+    assert (os.getpid() not in workers) == (cores() > 1), workers
+
+
+_SLEEPER = """
+import time
+from onceproof.checkers import forked
+forked.each(lambda i: time.sleep(120), range(4), forked.MIN_WORK)
+"""
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+@pytest.mark.skipif(cores() < 2 or not sys.platform.startswith("linux"),
+                    reason="workers are forked only on a Linux machine of several cores")
+def test_workers_die_with_the_process_that_forked_them():
+    # kill -9 leaves no handler to run: the workers must not wait for items forever.
+    parent = subprocess.Popen([sys.executable, "-c", _SLEEPER], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_group(parent.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_group(parent.pid)) == 3, "the workers never started"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _group(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group(parent.pid) == []
+    finally:
+        for p in _group(parent.pid):
+            p.kill()
