@@ -162,8 +162,6 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
 
 
-
-
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
     """What the registry says of each type's rows (checkers/anomaly.py) is what the
     families emit, for every type."""
