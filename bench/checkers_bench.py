@@ -58,7 +58,8 @@ def _pss(p: psutil.Process) -> int:
 
 class PeakRSS:
     """Peak resident memory of this process and, separately, of its children (the
-    Spark JVM and PySpark's Python workers), sampled every 50 ms."""
+    Spark JVM and PySpark's Python workers), sampled every 50 ms; and the peak PSS of
+    this process with its Python children, every PSS_EVERY."""
 
     def __init__(self) -> None:
         self.me = psutil.Process()

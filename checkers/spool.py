@@ -190,19 +190,14 @@ class Steps:
 
     The sources are small beside the polls' records, and held anyway (the reads are
     joined to the writes), so only a partition's rows of each are taken, and made
-    steps, as its bucket is written. `finish` writes two buckets at a time and makes
-    their reads then (`later`): its memory is two buckets' steps, not the whole table."""
+    steps, as its bucket is made; the reads are made then too (`add_later`). `finish`
+    writes two buckets at a time: its memory is two buckets' steps, not the whole
+    table."""
 
     def __init__(self, partitions: Partitions) -> None:
         self.partitions = partitions
-        # Per source, in the order added: (its rows as steps, the rows, their row
-        # numbers grouped by partition id, where each partition's run starts and ends).
-        self.sources: list[tuple[Callable[[pa.Table], pa.Table], pa.Table, np.ndarray,
-                                 dict[int, tuple[int, int]]]] = []
-        # Steps made per partition when its bucket is written, after the sources
-        # added so far (their place in each partition's order).
-        self.later: Callable[[Key], pa.Table | None] | None = None
-        self.later_at = 0
+        # In each partition's order: per source, partition id -> its steps, or None.
+        self.sources: list[Callable[[int], pa.Table | None]] = []
 
     def add(self, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
         """Keep `table`, whose rows `as_steps` makes into steps (row by row)."""
@@ -218,27 +213,23 @@ class Steps:
         with self.partitions.lock:
             for p, (a, b) in runs.items():
                 self.partitions.sizes[p] += b - a
-        self.sources.append((as_steps, table, order, runs))
+
+        def rows(p: int) -> pa.Table | None:
+            if p not in runs:
+                return None
+            a, b = runs[p]
+            return as_steps(table.take(pa.array(order[a:b], type=pa.int64())))
+        self.sources.append(rows)
 
     def add_later(self, make: Callable[[Key], pa.Table | None]) -> None:
-        self.later, self.later_at = make, len(self.sources)
+        """Steps `make` makes of a partition (by key) only when its bucket is made, in
+        the partition's order after the sources added so far. The partitions' sizes
+        must already count them (the polls' spool does, for the reads)."""
+        self.sources.append(lambda p: make(self.partitions.keys[p]))
 
     def _rows(self, p: int) -> list[pa.Table]:
         """Partition p's steps, source by source in the order added."""
-        out = []
-        for i, (as_steps, table, order, runs) in enumerate(self.sources):
-            if i == self.later_at:
-                out.extend(self._made(p))
-            if p in runs:
-                a, b = runs[p]
-                out.append(as_steps(table.take(pa.array(order[a:b], type=pa.int64()))))
-        if self.later_at >= len(self.sources):
-            out.extend(self._made(p))
-        return out
-
-    def _made(self, p: int) -> list[pa.Table]:
-        made = self.later(self.partitions.keys[p]) if self.later is not None else None
-        return [made] if made is not None and made.num_rows else []
+        return [t for t in (rows(p) for rows in self.sources) if t is not None and t.num_rows]
 
     def _buckets(self) -> list[list[int]]:
         """The partition ids of each bucket."""

@@ -36,24 +36,23 @@ def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     return tables, stats
 
 
-def _history_file(path: str | Path) -> Path:
-    path = Path(path)
+def _write(path: str | Path, out: str | Path, each=None) -> tuple[dict, list | None]:
+    path, out = Path(path), Path(out)
     if path.is_dir():
         raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
                            "or a directory written by `convert`")
-    return path
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
+        return write_tables(path, out, Path(spool), each)
 
 
 def convert(path: str | Path, out: str | Path) -> Path:
     """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
-    path, out = _history_file(path), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
-    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
-        stats, _ = write_tables(path, out, Path(spool))
-    (out / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
-                                            "stats": stats}, indent=1))
-    return out
+    stats, _ = _write(path, out)
+    (Path(out) / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
+                                                  "stats": stats}, indent=1))
+    return Path(out)
 
 
 def convert_each(path: str | Path, out: str | Path,
@@ -62,10 +61,7 @@ def convert_each(path: str | Path, out: str | Path,
     is made, in memory, in a worker process per core (spool.Steps.each). Returns
     the stats and the results, in bucket order. `out` gets the other tables but no
     manifest: it is not a conversion, for a check that needs no files of the steps."""
-    path, out = _history_file(path), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
-        stats, results = write_tables(path, out, Path(spool), each)
+    stats, results = _write(path, out, each)
     assert results is not None
     return stats, results
 
