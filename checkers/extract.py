@@ -45,8 +45,8 @@ def _list_schema(field: str) -> pa.Schema:
 
 class Extract:
     """The sink: `take(batch)` spools the batch's poll records, keeps its other lists
-    and returns its SCALARS. Several threads may take blocks at once, in any order
-    (history.events_table parses a big file in parts)."""
+    (given once each by `table`) and returns its SCALARS. Several threads may take
+    blocks at once, in any order (history.events_table parses a big file in parts)."""
 
     schema = SCALARS
 
@@ -90,7 +90,11 @@ class Extract:
 
     def table(self, name: str) -> pa.Table:
         """List `name` of every event that has it: op, rec (the item's place in the
-        list) and the item's fields, in the order of the events."""
+        list) and the item's fields, in the order of the events. Each list is given
+        once, and let go here: its memory goes when its one user is done with it."""
+        given = self._pieces.pop(name, None)
+        if given is None:
+            raise KeyError(f"list {name!r} was given already, or is no list of LISTS")
         schema = _list_schema(LISTS[name][2])
-        pieces = [p.cast(schema) for _, p in sorted(self._pieces[name], key=lambda x: x[0])]
+        pieces = [p.cast(schema) for _, p in sorted(given, key=lambda x: x[0])]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from .arrow import (
 )
 from .extract import Extract
 from .history import NEMESIS, HistoryError, events_table, nemesis_values
+from .memory import give_back
 from .spool import Partitions, PollSpool, Steps
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
@@ -125,31 +126,39 @@ class WriteIndex:
         return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
 
 
-def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index, written: WriteIndex) -> pa.Table:
-    """The reads of a block of exploded poll records (PollSpool), joined to their ops,
-    transactions and writes."""
+# Reads joined at a time: a joined read is some thirty columns, its record seven, so a
+# partition's reads are joined (and written) a slice at a time.
+READ_SLICE = 1 << 18
+
+
+def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index,
+           written: WriteIndex) -> Iterator[pa.Table]:
+    """The reads of a partition's exploded poll records (PollSpool), joined to their
+    ops, transactions and writes: in (invoke_index, rec) order, READ_SLICE at a time."""
     at = positions_in(ops_index, ints(r.column("op"))[0])
-    # The block in the table's order (invoke_index, rec) before anything is joined to
-    # it: then `ordered` finds the joined rows sorted, and no wide table is reordered.
+    # The records in the table's order before anything is joined to them: then
+    # `ordered` finds each joined slice sorted, and no wide table is reordered.
     inv = np.zeros(len(at), dtype=np.int64)
     if ops_t.num_rows and len(at):
         inv = np.where(at >= 0, ints(ops_t.column("invoke_index"))[0][np.maximum(at, 0)], 0)
     order = np.lexsort((ints(r.column("rec"))[0], inv))
     if len(order) and (order != np.arange(len(order))).any():
         r, at = r.take(pa.array(order, type=pa.int64())), at[order]
-    cols = {c: r.column(c) for c in r.column_names if c != "source"}
-    cols.update(take_rows(ops_t, at, [
-        "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
-        "invoke_time", "complete_time"]))
-    cols.update(take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])), ["outcome"],
-                      prefix="txn_"))
-    idx = written.rows_of(*ints(r.column("value")))
-    cols.update(take_rows(written.writes, idx, [
-        "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
-        "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
-        "txn_commit_complete_index"], prefix="w_"))
-    cols["w_found"] = pa.array(idx >= 0)
-    return ordered(cols, "reads")
+    for start in range(0, r.num_rows, READ_SLICE):
+        part, part_at = r.slice(start, READ_SLICE), at[start:start + READ_SLICE]
+        cols = {c: part.column(c) for c in part.column_names if c != "source"}
+        cols.update(take_rows(ops_t, part_at, [
+            "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
+            "invoke_time", "complete_time"]))
+        cols.update(take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])),
+                              ["outcome"], prefix="txn_"))
+        idx = written.rows_of(*ints(part.column("value")))
+        cols.update(take_rows(written.writes, idx, [
+            "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
+            "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
+            "txn_commit_complete_index"], prefix="w_"))
+        cols["w_found"] = pa.array(idx >= 0)
+        yield ordered(cols, "reads")
 
 
 def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFrame:
@@ -196,16 +205,21 @@ def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     tx = take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])),
                    ["outcome", "commit_invoke_index", "commit_complete_index"])
     cols["txn_outcome"] = tx["outcome"]
-    f, ty = strings(cols["f"]), strings(cols["type"])
-    oc = strings(pc.fill_null(tx["outcome"], ""))
-    is_send = f == "send_offsets"
-    plain = np.select([ty == "ok", ty == "fail"], [COMMITTED, FAILED], UNKNOWN)
-    sent = np.select([ty == "fail", oc == ABORTED, (oc == COMMITTED) & (ty == "ok")],
-                     [FAILED, FAILED, COMMITTED], UNKNOWN)
-    cols["outcome"] = pa.array(np.where(f == "fetch_offsets", "fetched",
-                                        np.where(is_send, sent, plain)), type=pa.string())
+
+    def is_(column, value: str):
+        return pc.fill_null(pc.equal(column, value), False)
+
+    # In Arrow, not numpy: as numpy, each of these string columns would be millions of
+    # Python strings (about 1.3 GB more at 10M events, measured).
+    ok, fail = is_(cols["type"], "ok"), is_(cols["type"], "fail")
+    sends = is_(cols["f"], "send_offsets")
+    cols["outcome"] = pc.case_when(
+        pc.make_struct(is_(cols["f"], "fetch_offsets"),
+                       pc.and_(sends, pc.or_(fail, is_(tx["outcome"], ABORTED))),
+                       pc.and_(sends, pc.and_(ok, is_(tx["outcome"], COMMITTED))),
+                       sends, ok, fail),
+        "fetched", FAILED, COMMITTED, UNKNOWN, COMMITTED, FAILED, UNKNOWN)
     # A commit sent to a transaction takes effect with the transaction's commit.
-    sends = pa.array(is_send, type=pa.bool_())
     cols["effect_invoke_index"] = pc.if_else(sends, tx["commit_invoke_index"],
                                              cols["invoke_index"])
     cols["effect_complete_index"] = pc.if_else(sends, tx["commit_complete_index"],
@@ -312,6 +326,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     polls = PollSpool(spool, partitions)
     lists = Extract(polls)
     events = events_table(path, sink=lists)
+    give_back()  # what the parse let go of: the events' values, once taken apart
     n_events = events.num_rows
     # One chunk per column: Arrow's take from a column of many chunks (one per parsed
     # block) joins them first, at every take, and the reads take from the ops at
@@ -319,6 +334,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     ops_t = _ops(events)
     del events
     ops_t = ops_t.combine_chunks()
+    give_back()
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
 
@@ -357,6 +373,7 @@ def write_tables(path: Path, out: Path, spool: Path,
             txns_t = to_arrow("txns", txns)
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
+        give_back()
         made["offsets"] = beside.submit(written, "offsets", _offsets, lists, ops_t, ops_index,
                                         txns_t, txns_index)
         write("txns", txns_t)
@@ -365,13 +382,12 @@ def write_tables(path: Path, out: Path, spool: Path,
         steps = Steps(partitions)
         steps.add(writes, functools.partial(_steps_of, "writes"))
 
-        def reads_of(key) -> pa.Table | None:
-            # A partition's reads, joined when its bucket is written (checkers/spool.py).
+        def reads_of(key) -> Iterator[pa.Table]:
+            # A partition's reads, joined when its bucket is made (checkers/spool.py).
             raw = polls.records(partitions.ids[key])
-            if raw is None:
-                return None
-            return _steps_of("reads", _reads(raw, ops_t, ops_index, txns_t, txns_index,
-                                             write_index))
+            if raw is not None:
+                for joined in _reads(raw, ops_t, ops_index, txns_t, txns_index, write_index):
+                    yield _steps_of("reads", joined)
 
         steps.add_later(reads_of)
         n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
@@ -398,6 +414,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     # ops, transactions and the steps' sources stay: the reads are joined to them, and
     # each partition's rows are taken from them, as their buckets are written.
     del lists, txns, made
+    give_back()
     if each is None:
         stats["steps"] = steps.finish(out / "steps.parquet")
         return stats, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -31,7 +31,7 @@ BUCKETS = 32  # at most this many steps files (Spark tasks)
 # Parquet's dictionary encoding pays for columns of few distinct values (names, kinds,
 # outcomes). Offsets, values, indexes and transaction ids are nearly all distinct: a
 # dictionary for them is built, outgrows its page and is thrown away. No statistics
-# either: a bucket is one row group, read whole, so they would never skip anything.
+# either: a bucket file is read whole, so they would never skip anything.
 _DICTIONARY = [f.name for f in SCHEMAS["steps"]
                if f.type == pa.string() and f.name not in ("txn", "w_txn")]
 
@@ -184,20 +184,21 @@ class PollSpool(_Grouped):
 class Steps:
     """The steps table, kept as its sources (the writes, positions, offsets and
     watermarks tables, each with its rows' partition ids in order), then written as
-    bucket files that each hold whole partitions in one Parquet row group: a check
-    task (on Spark or local) reads one file whole, so it sees all the steps of the
-    partitions it is given (checkers/engine.py), with no shuffle at check time.
+    bucket files that each hold whole partitions: a check task (on Spark or local)
+    reads one file whole, so it sees all the steps of the partitions it is given
+    (checkers/engine.py), with no shuffle at check time.
 
     The sources are small beside the polls' records, and held anyway (the reads are
     joined to the writes), so only a partition's rows of each are taken, and made
-    steps, as its bucket is made; the reads are made then too (`add_later`). `finish`
-    writes two buckets at a time: its memory is two buckets' steps, not the whole
-    table."""
+    steps, as its bucket is made; the reads are made then too (`add_later`), a slice
+    at a time. `finish` writes each slice as a row group as soon as it is made, two
+    buckets at a time: its memory is a few slices of steps, not a bucket's, nor the
+    whole table's."""
 
     def __init__(self, partitions: Partitions) -> None:
         self.partitions = partitions
-        # In each partition's order: per source, partition id -> its steps, or None.
-        self.sources: list[Callable[[int], pa.Table | None]] = []
+        # In each partition's order: per source, partition id -> its steps, in slices.
+        self.sources: list[Callable[[int], Iterable[pa.Table]]] = []
 
     def add(self, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
         """Keep `table`, whose rows `as_steps` makes into steps (row by row)."""
@@ -214,22 +215,24 @@ class Steps:
             for p, (a, b) in runs.items():
                 self.partitions.sizes[p] += b - a
 
-        def rows(p: int) -> pa.Table | None:
-            if p not in runs:
-                return None
-            a, b = runs[p]
-            return as_steps(table.take(pa.array(order[a:b], type=pa.int64())))
+        def rows(p: int) -> Iterator[pa.Table]:
+            if p in runs:
+                a, b = runs[p]
+                yield as_steps(table.take(pa.array(order[a:b], type=pa.int64())))
         self.sources.append(rows)
 
-    def add_later(self, make: Callable[[Key], pa.Table | None]) -> None:
+    def add_later(self, make: Callable[[Key], Iterable[pa.Table]]) -> None:
         """Steps `make` makes of a partition (by key) only when its bucket is made, in
         the partition's order after the sources added so far. The partitions' sizes
         must already count them (the polls' spool does, for the reads)."""
         self.sources.append(lambda p: make(self.partitions.keys[p]))
 
-    def _rows(self, p: int) -> list[pa.Table]:
-        """Partition p's steps, source by source in the order added."""
-        return [t for t in (rows(p) for rows in self.sources) if t is not None and t.num_rows]
+    def _slices(self, members: list[int]) -> Iterator[pa.Table]:
+        """The steps of the partitions `members`, partition by partition, source by
+        source in the order added, as the sources make them."""
+        for p in members:
+            for rows in self.sources:
+                yield from (t for t in rows(p) if t.num_rows)
 
     def _buckets(self) -> list[list[int]]:
         """The partition ids of each bucket."""
@@ -246,7 +249,7 @@ class Steps:
         return members
 
     def _bucket(self, members: list[int]) -> pa.Table:
-        tables = [t for p in members for t in self._rows(p)]
+        tables = list(self._slices(members))
         return pa.concat_tables(tables) if tables else SCHEMAS["steps"].empty_table()
 
     def finish(self, folder: Path) -> int:
@@ -258,14 +261,15 @@ class Steps:
         counts = [0] * len(members)
 
         def write(b: int) -> None:
-            part = self._bucket(members[b])
-            counts[b] = part.num_rows
-            pq.write_table(part, folder / f"part-{b:05d}.parquet",
-                           row_group_size=max(1, part.num_rows), use_dictionary=_DICTIONARY,
-                           write_statistics=False)
+            with pq.ParquetWriter(folder / f"part-{b:05d}.parquet", SCHEMAS["steps"],
+                                  use_dictionary=_DICTIONARY,
+                                  write_statistics=False) as out:
+                for rows in self._slices(members[b]):
+                    counts[b] += rows.num_rows
+                    out.write_table(rows, row_group_size=rows.num_rows)
 
         # Two buckets at a time: joins, Parquet encoding and file reads are mostly
-        # Arrow's, without the GIL, and memory is still a couple of buckets' steps.
+        # Arrow's, without the GIL.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="onceproof-buckets") as pool:
             list(pool.map(write, range(len(members))))
         return sum(counts)

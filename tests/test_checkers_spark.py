@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, check, engine, forked
+from onceproof.checkers import Verdict, anomaly, check, engine, flatten, forked
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.verdict import FAMILIES
@@ -160,6 +161,24 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     assert set(fused["type"]) == set(TYPES)
     assert _rows(fused) == _rows(in_one)
     assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
+
+
+def test_reads_joined_a_slice_at_a_time_make_the_same_steps(sink, tmp_path, monkeypatch):
+    """The converter joins a partition's reads, and writes them, a slice at a time (its
+    memory is a few slices, not a bucket): slices of 5 reads give the steps, and the
+    anomalies, of slices bigger than any partition."""
+    whole = read_parquet(convert(sink, tmp_path / "whole"))
+    monkeypatch.setattr(flatten, "READ_SLICE", 5)
+    sliced = read_parquet(convert(sink, tmp_path / "sliced"))
+    files = sorted((tmp_path / "sliced" / "steps.parquet").glob("*.parquet"))
+    groups = sum(pq.ParquetFile(f).num_row_groups for f in files)
+    assert groups > sliced.stats["reads"] / 5  # so the slices were made and written
+    for name in ("whole", "sliced"):
+        assert pq.read_table(tmp_path / name / "steps.parquet").num_rows == whole.stats["steps"]
+    for f in files:
+        assert pq.read_table(f).equals(pq.read_table(tmp_path / "whole" / "steps.parquet" / f.name))
+    assert _rows(engine.collect(sliced, FAMILIES, local=True)) == \
+        _rows(engine.collect(whole, FAMILIES, local=True))
 
 
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):

@@ -43,9 +43,8 @@ def _spark_home() -> Path:
 
 
 def _master_state(ui_port: int) -> dict:
-    """The master's state, or {} while its UI is still starting: Spark's UI listens
-    before it has attached every page, and meanwhile its root page answers every path,
-    /json/ too, with HTML (seen on a loaded CI machine)."""
+    """The master's state, or {} while its UI is still starting: then its root page
+    may answer every path, /json/ too, with HTML (seen once on a loaded CI machine)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as r:
         body = r.read()
     try:
