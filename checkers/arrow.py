@@ -48,6 +48,20 @@ def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = N
     return idx
 
 
+def positions_of_strings(index: pd.Index, col) -> np.ndarray:
+    """Row of each string of Arrow column `col` in `index` (unique), -1 when absent or
+    null. Each distinct string is looked up once (a dictionary encoding): millions of
+    rows never become millions of Python strings."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    coded = pc.dictionary_encode(col)
+    if not len(coded.dictionary):  # no rows, or only nulls
+        return np.full(len(col), -1, dtype=np.int64)
+    at = positions_in(index, coded.dictionary.to_numpy(zero_copy_only=False))
+    codes = coded.indices
+    return np.where(codes.is_valid().to_numpy(zero_copy_only=False),
+                    at[pc.fill_null(codes, 0).to_numpy()], -1)
+
+
 def hashed(index: pd.Index) -> pd.Index:
     """`index` with its hash table built: pandas builds it on the first lookup, and two
     threads making that first lookup together can each see a half-built table (a

@@ -35,6 +35,7 @@ from .arrow import (
     nullable,
     ordered,
     positions_in,
+    positions_of_strings,
     strings,
     take_rows,
     to_arrow,
@@ -62,9 +63,12 @@ def _ops(events: pa.Table) -> pa.Table:
     """Each op: its invoke joined to its completion (events: extract.SCALARS, in
     index order, so the ops come out in invoke order)."""
     is_invoke = pc.equal(events.column("type"), "invoke")
-    inv, done = events.filter(is_invoke), events.filter(pc.invert(is_invoke))
+    inv = events.drop_columns(["type"]).filter(is_invoke)
+    # Of a completion, only what an op takes from it is copied.
+    taken = ["type", "index", "time", "error", "final", "isolation"]
+    done = events.select(["op", *taken]).filter(pc.invert(is_invoke))
     at = positions_in(pd.Index(ints(done.column("op"))[0]), ints(inv.column("op"))[0])
-    d = take_rows(done, at, ["type", "index", "time", "error", "final", "isolation"])
+    d = take_rows(done, at, taken)
     # A poll reports the isolation it used on completion if not on invoke. Kafka's
     # default isolation is read_uncommitted.
     iso = pc.coalesce(inv.column("isolation"), d["isolation"])
@@ -91,14 +95,30 @@ def _op_frame(ops_t: pa.Table, ops_index: pd.Index, op, cols: list[str]) -> pd.D
     return pa.table(take_rows(ops_t, at, cols)).to_pandas(types_mapper=nullable)
 
 
+def _in_invoke_order(rec: pa.Table, ops_t: pa.Table,
+                     ops_index: pd.Index) -> tuple[pa.Table, np.ndarray]:
+    """Records (op, rec, ...) in the order of the tables made of them (their op's
+    invoke_index, then rec), with the row of each one's op in ops_t. Sorted while
+    narrow: then `ordered` finds the joined rows in order, and copies no wide table."""
+    at = positions_in(ops_index, ints(rec.column("op"))[0])
+    inv = np.zeros(len(at), dtype=np.int64)
+    if ops_t.num_rows and len(at):
+        inv = np.where(at >= 0, ints(ops_t.column("invoke_index"))[0][np.maximum(at, 0)], 0)
+    order = np.lexsort((ints(rec.column("rec"))[0], inv))
+    if len(order) and (order != np.arange(len(order))).any():
+        rec, at = rec.take(pa.array(order, type=pa.int64())), at[order]
+    return rec, at
+
+
 def _writes(path, lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     acked, asked = lists.table("acked"), lists.table("asked")
     asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
     asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
                              pa.nulls(asked.num_rows, pa.int64()))
     rec = pa.concat_tables([acked, asked])
+    rec, at = _in_invoke_order(rec, ops_t, ops_index)
     cols = {c: rec.column(c) for c in rec.column_names}
-    cols.update(take_rows(ops_t, positions_in(ops_index, ints(rec.column("op"))[0]), [
+    cols.update(take_rows(ops_t, at, [
         "process", "txn", "type", "invoke_index", "complete_index", "invoke_time",
         "complete_time", "final"]))
     txn_status.join_txns(cols, txns_t, txns_index)
@@ -135,22 +155,14 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index,
            written: WriteIndex) -> Iterator[pa.Table]:
     """The reads of a partition's exploded poll records (PollSpool), joined to their
     ops, transactions and writes: in (invoke_index, rec) order, READ_SLICE at a time."""
-    at = positions_in(ops_index, ints(r.column("op"))[0])
-    # The records in the table's order before anything is joined to them: then
-    # `ordered` finds each joined slice sorted, and no wide table is reordered.
-    inv = np.zeros(len(at), dtype=np.int64)
-    if ops_t.num_rows and len(at):
-        inv = np.where(at >= 0, ints(ops_t.column("invoke_index"))[0][np.maximum(at, 0)], 0)
-    order = np.lexsort((ints(r.column("rec"))[0], inv))
-    if len(order) and (order != np.arange(len(order))).any():
-        r, at = r.take(pa.array(order, type=pa.int64())), at[order]
+    r, at = _in_invoke_order(r, ops_t, ops_index)
     for start in range(0, r.num_rows, READ_SLICE):
         part, part_at = r.slice(start, READ_SLICE), at[start:start + READ_SLICE]
         cols = {c: part.column(c) for c in part.column_names if c != "source"}
         cols.update(take_rows(ops_t, part_at, [
             "process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
             "invoke_time", "complete_time"]))
-        cols.update(take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])),
+        cols.update(take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
                               ["outcome"], prefix="txn_"))
         idx = written.rows_of(*ints(part.column("value")))
         cols.update(take_rows(written.writes, idx, [
@@ -172,7 +184,7 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
     sought = pd.concat([sought, of_op], axis=1)
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
-    lost["offset"] = pd.array([pd.NA] * len(lost), dtype="Int64")
+    lost["offset"] = _no_ints(len(lost))
     touched = concat_frames([_readers(polls, ops_t, ops_index),
                              sought[["process", "topic", "partition"]]]).drop_duplicates()
     f, type_ = ops_t.column("f"), ops_t.column("type")
@@ -190,11 +202,16 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
         resets = resets[resets["_kept"].isna().to_numpy(dtype=bool)]
     resets = resets.assign(kind="reset",
                            cause=np.where(resets["f"] == "assign", "assign", "info"))
-    resets["offset"] = pd.array([pd.NA] * len(resets), dtype="Int64")
+    resets["offset"] = _no_ints(len(resets))
     cols = list(SCHEMAS["positions"].names)
     out = pd.concat([x[cols] for x in (seeks, lost, resets) if len(x)] or [empty_frame("positions")],
                     ignore_index=True)
-    return out.sort_values("invoke_index", kind="stable").reset_index(drop=True)
+    return out.sort_values("invoke_index", kind="stable", ignore_index=True)
+
+
+def _no_ints(n: int) -> pd.api.extensions.ExtensionArray:
+    """n nulls of pandas' Int64 (without a list of n pd.NA to read)."""
+    return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
 
 
 def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
@@ -202,7 +219,7 @@ def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     cols = {c: rows.column(c) for c in rows.column_names}
     cols.update(take_rows(ops_t, positions_in(ops_index, ints(rows.column("op"))[0]), [
         "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]))
-    tx = take_rows(txns_t, positions_in(txns_index, strings(cols["txn"])),
+    tx = take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
                    ["outcome", "commit_invoke_index", "commit_complete_index"])
     cols["txn_outcome"] = tx["outcome"]
 
@@ -304,7 +321,9 @@ def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index) -> pd.DataF
     rows = []
     for p, ops in polls.reader_ops().items():
         at = positions_in(ops_index, ops)
-        for c in np.unique(code[at[at >= 0]]):
+        read = np.zeros(len(names), dtype=bool)
+        read[code[at[at >= 0]]] = True
+        for c in np.flatnonzero(read):
             rows.append((names[int(c)].as_py(), *polls.partitions.keys[p]))
     rows.sort(key=lambda r: (r[0], r[1] is None, r[1] or "", r[2] is None, r[2] or 0))
     return pd.DataFrame({"process": pd.array([r[0] for r in rows], dtype=object),

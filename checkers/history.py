@@ -34,6 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from .memory import give_back
+
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
 NEMESIS = "nemesis"
@@ -319,22 +321,33 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
                     "events must be in index order")
     rows = np.arange(n)
     invoke = (type_ == "invoke").to_numpy()
-    inv = pd.DataFrame({"op": op[invoke], "row": rows[invoke]})
-    first_inv = inv.drop_duplicates("op").set_index("op")["row"]
-    again = np.zeros(n, dtype=bool)
-    again[inv.loc[inv["op"].duplicated(), "row"].to_numpy()] = True
+    # Ops numbered 0..k-1, so each rule below indexes arrays by op, without a hash
+    # table of millions of ops per rule.
+    codes = pd.factorize(op)[0]
+    k = int(codes.max()) + 1
+
+    def firsts(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per op, the first row in mask (n if none); and which rows are in mask but
+        not their op's first."""
+        at = np.flatnonzero(mask)
+        uniq, first_at = np.unique(codes[at], return_index=True)
+        out = np.full(k, n, dtype=np.int64)
+        out[uniq] = at[first_at]
+        later = np.zeros(n, dtype=bool)
+        later[at[out[codes[at]] != at]] = True
+        return out, later
+
+    first_inv, again = firsts(invoke)
     first(again, lambda r: f"op {op[r]} invoked twice (first on line "
-                           f"{line_of(int(first_inv[op[r]]))}); op ids must be unique")
+                           f"{line_of(int(first_inv[codes[r]]))}); op ids must be unique")
     done = ~invoke
-    invoked_at = first_inv.reindex(op).to_numpy(dtype=float, na_value=np.nan)
+    invoked_at = first_inv[codes]  # n: never invoked
     early = done & ~(invoked_at < rows)
     first(early, lambda r: f"{type_.iloc[r]} of op {op[r]} before any invoke of it; "
                            "every completion follows its invoke")
-    comp = pd.Series(op[done], index=rows[done])
-    twice = np.zeros(n, dtype=bool)
-    twice[comp.index[comp.duplicated().to_numpy()]] = True
+    _, twice = firsts(done)
     first(twice, lambda r: f"op {op[r]} completed twice; an op has exactly one completion")
-    at = np.where(np.isnan(invoked_at), 0, invoked_at).astype(np.int64)
+    at = np.where(invoked_at < n, invoked_at, 0)
     f, process = _codes(events["f"]), _codes(events["process"])
     differs = done & ~early & ((f != f[at]) | (process != process[at]))
     first(differs, lambda r: f"completion of op {op[r]} has f/process "
@@ -421,6 +434,7 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
         try:
             hits: list[int] = []
             table = _parse(path, cut, take, schema, hits, block)
+            give_back()  # the blocks parsed and let go, before the rules' arrays
             # Any problem sends the file to the per-line reader, which names its line.
             if _structure_problem(_scalars(table), lambda row: row) is None:
                 if hasattr(sink, "fault_lines"):

@@ -172,8 +172,9 @@ class PollSpool(_Grouped):
         self.readers = {}
 
     def reader_ops(self) -> dict[int, np.ndarray]:
-        """Partition id -> the polls that returned any of its records."""
-        return {p: np.unique(np.concatenate(ops)) for p, ops in self.readers.items()}
+        """Partition id -> the polls that returned any of its records, each once: a
+        poll's records come in its one completion event, so in one block."""
+        return {p: np.concatenate(ops) for p, ops in self.readers.items()}
 
     def records(self, p: int) -> pa.Table | None:
         """Partition p's poll records, or None when no poll returned any."""

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow import empty_frame, ints, positions_in, strings, take_rows
+from .arrow import empty_frame, ints, positions_in, positions_of_strings, strings, take_rows
 from .history import NEMESIS
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
@@ -139,24 +139,28 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     return txns
 
 
-def write_status(txn: np.ndarray, send_type: np.ndarray, outcome: np.ndarray) -> np.ndarray:
-    in_txn = np.array([x is not None for x in txn], dtype=bool)
-    st, oc = send_type, np.where(outcome == None, "", outcome)  # noqa: E711
-    plain = np.select([st == "ok", st == "fail"], [COMMITTED, FAILED], UNKNOWN)
-    txnal = np.select(
-        [st == "fail", oc == ABORTED, oc == UNKNOWN, (oc == COMMITTED) & (st == "ok")],
-        [FAILED, ABORTED, UNKNOWN, COMMITTED], UNKNOWN)
-    return np.where(in_txn, txnal, plain)
+def write_status(txn, send_type, outcome):
+    """The status of each write (Arrow columns in, one out): see the module's text."""
+    def is_(column, value: str):
+        return pc.fill_null(pc.equal(column, value), False)
+
+    in_txn = pc.is_valid(txn)
+    ok = is_(send_type, "ok")
+    return pc.case_when(
+        pc.make_struct(is_(send_type, "fail"),
+                       pc.and_(in_txn, is_(outcome, ABORTED)),
+                       pc.and_(in_txn, is_(outcome, UNKNOWN)),
+                       pc.and_(in_txn, pc.and_(ok, is_(outcome, COMMITTED))),
+                       in_txn, ok),
+        FAILED, ABORTED, UNKNOWN, COMMITTED, UNKNOWN, COMMITTED, UNKNOWN)
 
 
 def join_txns(cols: dict, txns_t: pa.Table, txns_index: pd.Index) -> dict:
     """Set the txn_* columns and the status of write columns `cols` from the txns."""
-    txn = strings(cols["txn"])
-    cols.update(take_rows(txns_t, positions_in(txns_index, txn), [
+    cols.update(take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]), [
         "outcome", "begin_index", "commit_invoke_index", "commit_complete_index"],
         prefix="txn_"))
-    cols["status"] = pa.array(write_status(txn, strings(cols["type"]),
-                                      strings(cols["txn_outcome"])), type=pa.string())
+    cols["status"] = write_status(cols["txn"], cols["type"], cols["txn_outcome"])
     return cols
 
 

@@ -102,6 +102,14 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
      "type must be one of"),
     ('{"index": 1, "op": 9, "process": "p", "type": "ok", "f": "send", "time": 5}',
      "before any invoke"),
+    ('{"index": 0, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5}',
+     "index 0 does not increase"),
+    ('{"index": 1, "op": 0, "process": "p", "type": "invoke", "f": "commit_txn", "time": 2}',
+     r"op 0 invoked twice \(first on line 1\)"),
+    ('{"index": 1, "op": 0, "process": "p", "type": "ok", "f": "send", "time": 2}',
+     "completion of op 0 has f/process send/p but its invoke has commit_txn/p"),
+    ('{"index": 1, "op": 0, "process": "q", "type": "ok", "f": "commit_txn", "time": 2}',
+     "completion of op 0 has f/process commit_txn/q"),
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
      '"value": {"records": [{"topic": "t", "partition": "zero", "value": 1}]}}',
      r"records\[0\]\.partition of a send must be an integer"),
@@ -116,6 +124,16 @@ def test_a_malformed_middle_line_names_its_line(tmp_path, line, problem):
         with pytest.raises(HistoryError, match=rf"h\.jsonl:2: .*{problem}") as exc:
             read(path)
         assert "\n" not in str(exc.value)
+
+
+def test_a_second_completion_names_its_line(tmp_path):
+    path = tmp_path / "h.jsonl"
+    events = [{"index": i, "op": 0, "process": "p", "type": t, "f": "commit_txn", "time": i}
+              for i, t in enumerate(["invoke", "ok", "info"])]
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=r"h\.jsonl:3: op 0 completed twice"):
+            read(path)
 
 
 def test_missing_file_is_a_history_error(tmp_path):
