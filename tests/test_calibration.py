@@ -136,8 +136,9 @@ def test_kafka_12671_shows_on_3_5_2(tmp_path):
     with Cluster(tmp_path / "old", 3, "3.5.2") as old:
         # The system is nondeterministic (where the transaction coordinator lands decides
         # whether the abort is held too): one run in three showed the bug here on
-        # 2026-11-26, and three runs all missed it once in CI. Up to twelve runs for one
-        # that shows it (all twelve miss about one time in 130).
+        # 2026-11-26, and three runs all missed it in two CI runs that day (a loaded
+        # machine). Up to twelve runs for one that shows it (at one in three, all
+        # twelve miss about one time in 130).
         for i in range(12):
             trial = run_trial(plan, old, tmp_path / f"run-{i}")
             seen.append(trial.anomalies)
