@@ -48,6 +48,11 @@ def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = N
     return idx
 
 
+def equal_to(column, value: str):
+    """Where an Arrow column equals `value`, nulls not (an Arrow boolean column)."""
+    return pc.fill_null(pc.equal(column, value), False)
+
+
 def positions_of_strings(index: pd.Index, col) -> np.ndarray:
     """Row of each string of Arrow column `col` in `index` (unique), -1 when absent or
     null. Each distinct string is looked up once (a dictionary encoding): millions of

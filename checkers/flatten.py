@@ -30,6 +30,7 @@ from . import txn_status
 from .arrow import (
     concat_frames,
     empty_frame,
+    equal_to,
     hashed,
     ints,
     nullable,
@@ -52,7 +53,7 @@ def _evidence(writes: pa.Table, n_reads: int, offsets: pa.Table) -> dict[str, in
     committed or were fetched."""
     def counted(table: pa.Table, column: str) -> int:
         # Counted in Arrow: as numpy, a status column is millions of Python strings.
-        may = pc.and_(pc.fill_null(pc.not_equal(table.column(column), FAILED), True),
+        may = pc.and_(pc.invert(equal_to(table.column(column), FAILED)),
                       pc.is_valid(table.column("complete_index")))
         return int(pc.sum(may).as_py() or 0)
 
@@ -227,17 +228,14 @@ def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
                    ["outcome", "commit_invoke_index", "commit_complete_index"])
     cols["txn_outcome"] = tx["outcome"]
 
-    def is_(column, value: str):
-        return pc.fill_null(pc.equal(column, value), False)
-
     # In Arrow, not numpy: as numpy, each of these string columns would be millions of
     # Python strings (about 1.3 GB more at 10M events, measured).
-    ok, fail = is_(cols["type"], "ok"), is_(cols["type"], "fail")
-    sends = is_(cols["f"], "send_offsets")
+    ok, fail = equal_to(cols["type"], "ok"), equal_to(cols["type"], "fail")
+    sends = equal_to(cols["f"], "send_offsets")
     cols["outcome"] = pc.case_when(
-        pc.make_struct(is_(cols["f"], "fetch_offsets"),
-                       pc.and_(sends, pc.or_(fail, is_(tx["outcome"], ABORTED))),
-                       pc.and_(sends, pc.and_(ok, is_(tx["outcome"], COMMITTED))),
+        pc.make_struct(equal_to(cols["f"], "fetch_offsets"),
+                       pc.and_(sends, pc.or_(fail, equal_to(tx["outcome"], ABORTED))),
+                       pc.and_(sends, pc.and_(ok, equal_to(tx["outcome"], COMMITTED))),
                        sends, ok, fail),
         "fetched", FAILED, COMMITTED, UNKNOWN, COMMITTED, FAILED, UNKNOWN)
     # A commit sent to a transaction takes effect with the transaction's commit.

@@ -29,7 +29,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow import empty_frame, ints, positions_in, positions_of_strings, take_rows
+from .arrow import (
+    empty_frame,
+    equal_to,
+    ints,
+    positions_in,
+    positions_of_strings,
+    take_rows,
+)
 from .history import NEMESIS
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
@@ -102,7 +109,7 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     # The writes' strings stay Arrow's: as Python strings (two per write, some 0.5 GB
     # at 10M events) they were held through the loop, for the few reads it keeps.
     w_cand = ((positions_of_strings(candidates, w.column("txn")) >= 0)
-              & pc.fill_null(pc.not_equal(w.column("type"), "fail"), True).to_numpy(
+              & pc.invert(equal_to(w.column("type"), "fail")).to_numpy(
                   zero_copy_only=False))
     values, valid = ints(w.column("value"))
     cand_values = pa.array(values[w_cand & valid], type=pa.int64())
@@ -120,7 +127,8 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
         wr = written.rows_of(*ints(r.column("value")))
         at = positions_in(ops_index, ints(r.column("op"))[0])
         op_rows = pa.array(np.maximum(at, 0), type=pa.int64())
-        rc = _is(ops_t.column("isolation").take(op_rows), READ_COMMITTED)
+        rc = equal_to(ops_t.column("isolation").take(op_rows), READ_COMMITTED).to_numpy(
+            zero_copy_only=False)
         done, done_ok = ints(ops_t.column("complete_index").take(op_rows))
         r_part, r_part_ok = ints(r.column("partition"))
         wr_ = np.maximum(wr, 0)
@@ -141,11 +149,6 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     return txns
 
 
-def _is(column, value: str) -> np.ndarray:
-    """Where an Arrow column equals `value` (null: False), as numpy booleans."""
-    return pc.fill_null(pc.equal(column, value), False).to_numpy(zero_copy_only=False)
-
-
 def _same(a, b) -> np.ndarray:
     """Where two Arrow columns hold equal values, two nulls being equal too."""
     equal = pc.fill_null(pc.equal(a, b), False)
@@ -155,16 +158,13 @@ def _same(a, b) -> np.ndarray:
 
 def write_status(txn, send_type, outcome):
     """The status of each write (Arrow columns in, one out): see the module's text."""
-    def is_(column, value: str):
-        return pc.fill_null(pc.equal(column, value), False)
-
     in_txn = pc.is_valid(txn)
-    ok = is_(send_type, "ok")
+    ok = equal_to(send_type, "ok")
     return pc.case_when(
-        pc.make_struct(is_(send_type, "fail"),
-                       pc.and_(in_txn, is_(outcome, ABORTED)),
-                       pc.and_(in_txn, is_(outcome, UNKNOWN)),
-                       pc.and_(in_txn, pc.and_(ok, is_(outcome, COMMITTED))),
+        pc.make_struct(equal_to(send_type, "fail"),
+                       pc.and_(in_txn, equal_to(outcome, ABORTED)),
+                       pc.and_(in_txn, equal_to(outcome, UNKNOWN)),
+                       pc.and_(in_txn, pc.and_(ok, equal_to(outcome, COMMITTED))),
                        in_txn, ok),
         FAILED, ABORTED, UNKNOWN, COMMITTED, UNKNOWN, COMMITTED, UNKNOWN)
 
