@@ -129,7 +129,9 @@ def convert_alone(jsonl: Path, tables: Path) -> tuple[float, int]:
     high-water mark, not a sample). In this process the figure would count what the
     bench itself holds (a Spark driver, the runs before), 1.2 GB before the 10M one."""
     done = subprocess.run([sys.executable, "-c", _CONVERT, str(jsonl), str(tables)],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"the conversion failed: {done.stderr.strip()[-2000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"  {'convert JSONL -> Parquet (alone)':<34} {out['seconds']:9.2f} s", flush=True)
     return out["seconds"], out["peak"]

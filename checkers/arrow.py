@@ -48,6 +48,11 @@ def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = N
     return idx
 
 
+def null_ints(n: int) -> pd.arrays.IntegerArray:
+    """n nulls of pandas' Int64 (without a list of n pd.NA to read)."""
+    return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+
+
 def equal_to(column, value: str):
     """Where an Arrow column equals `value`, nulls not (an Arrow boolean column)."""
     return pc.fill_null(pc.equal(column, value), False)

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import anomaly, forked
+from .arrow import null_ints
 from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
@@ -51,8 +52,7 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     for f in OUT_SCHEMA:
         if f.name not in df:
             # Most rows are facts, which leave most columns out: fill those in bulk.
-            out[f.name] = (pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
-                           if f.name in _LONGS else np.full(n, None, dtype=object))
+            out[f.name] = null_ints(n) if f.name in _LONGS else np.full(n, None, dtype=object)
             continue
         col = df[f.name]
         if f.name in _LONGS:

@@ -33,6 +33,7 @@ from .arrow import (
     equal_to,
     hashed,
     ints,
+    null_ints,
     nullable,
     ordered,
     positions_in,
@@ -187,7 +188,7 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
     sought = pd.concat([sought, of_op], axis=1)
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
-    lost["offset"] = _no_ints(len(lost))
+    lost["offset"] = null_ints(len(lost))
     touched = concat_frames([_readers(polls, ops_t, ops_index),
                              sought[["process", "topic", "partition"]]]).drop_duplicates()
     f, type_ = ops_t.column("f"), ops_t.column("type")
@@ -205,22 +206,18 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
         resets = resets[resets["_kept"].isna().to_numpy(dtype=bool)]
     resets = resets.assign(kind="reset",
                            cause=np.where(resets["f"] == "assign", "assign", "info"))
-    resets["offset"] = _no_ints(len(resets))
+    resets["offset"] = null_ints(len(resets))
     cols = list(SCHEMAS["positions"].names)
     out = pd.concat([x[cols] for x in (seeks, lost, resets) if len(x)] or [empty_frame("positions")],
                     ignore_index=True)
     return out.sort_values("invoke_index", kind="stable", ignore_index=True)
 
 
-def _no_ints(n: int) -> pd.api.extensions.ExtensionArray:
-    """n nulls of pandas' Int64 (without a list of n pd.NA to read)."""
-    return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-
-
 def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     rows = pa.concat_tables([lists.table("committed"), lists.table("fetched")])
     rows, at = _in_invoke_order(rows, ops_t, ops_index)
-    rows = rows.combine_chunks()  # a chunk per parsed block, else (Steps.add takes)
+    # One chunk per column, not one per parsed block: Steps.add takes from it.
+    rows = rows.combine_chunks()
     cols = {c: rows.column(c) for c in rows.column_names}
     cols.update(take_rows(ops_t, at, [
         "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]))
