@@ -284,6 +284,11 @@ def _report(type: str, cycle: pd.DataFrame, procs: dict) -> dict:
                      lambda col, rows: cycle[col].iloc[rows].tolist(), procs)
 
 
+# The witness columns a cycle's record shows (_reported).
+_SHOWN = ("src", "dst", "kind", "topic", "partition", "src_off", "dst_off", "value",
+          "src_op", "dst_op")
+
+
 def _reported(type: str, blame: list[int] | None, steps: list[int], column,
               procs: dict) -> dict:
     """_report's record, from the cycle's blame (_blame), its witnesses' steps and
@@ -329,6 +334,7 @@ class _Graph:
                                     .astype(str).ravel()).reshape(-1, 2)
         self.e = e.reset_index(drop=True)
         self._cols: dict | None = None
+        self._objects: dict | None = None
         self.codes = codes
         self.w_src, self.w_dst = codes[:, 0], codes[:, 1]
         self.w_kind = self.e["kind"].to_numpy(dtype=object)
@@ -355,12 +361,11 @@ class _Graph:
         """_report of the cycle of edges, from the graph's arrays: thousands of cycles
         cost no frame each."""
         idx, steps = self._witnesses(edges)
-        cols = self._columns()
+        cols = self._plain()
         blame = _blame_of(tuple(a[idx] for a in self.win), self.w_kind[idx],
-                          cols["topic"].take(idx).tolist(),
-                          cols["partition"].take(idx).tolist(), steps)
+                          cols["topic"][idx].tolist(), cols["partition"][idx].tolist(), steps)
         return _reported(type, blame, steps.tolist(),
-                         lambda col, rows: cols[col].take(idx[rows]).tolist(), procs)
+                         lambda col, rows: cols[col][idx[rows]].tolist(), procs)
 
     def rows(self, edges: list[int]) -> pd.DataFrame:
         """The witnesses of a cycle of edges, with their step."""
@@ -375,6 +380,15 @@ class _Graph:
         if self._cols is None:
             self._cols = {name: self.e[name].array for name in self.e.columns}
         return self._cols
+
+    def _plain(self) -> dict[str, np.ndarray]:
+        """The columns a report shows, as object arrays with None for a missing value:
+        a nullable array's take and tolist cost tens of microseconds a call, and a
+        history may have thousands of cycles of ten columns each."""
+        if self._objects is None:
+            self._objects = {name: self.e[name].to_numpy(dtype=object, na_value=None)
+                             for name in _SHOWN}
+        return self._objects
 
     def implied(self, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """ww edges that chains of ww witnesses in one partition imply and no real-time
