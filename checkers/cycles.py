@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from . import anomaly, engine, graph, spans
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog, equals, sort_order
 from .tables import COMMITTED, READ_COMMITTED
 
 TYPES = anomaly.of_family("cycles")
@@ -153,13 +153,14 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
 def edges(facts: pd.DataFrame) -> pd.DataFrame:
     """Edge facts as src, dst, kind, topic, partition, src_op, src_inv, src_cmp, dst_op,
     dst_inv, dst_cmp, src_off, dst_off, value."""
-    f = facts[facts["row"] == EDGE_FACT]
-    return pd.DataFrame({
-        "src": f["txn"], "dst": f["txn2"], "kind": f["kind"], "process": f["process"],
-        "topic": f["topic"],
-        "partition": f["partition"], "src_op": f["op"], "src_inv": f["a1"],
-        "src_cmp": f["a2"], "dst_op": f["a3"], "dst_inv": f["a4"], "dst_cmp": f["a5"],
-        "src_off": f["offset"], "dst_off": f["a6"], "value": f["value"]}).reset_index(drop=True)
+    # Each column's edge rows taken alone: filtering the whole facts frame first copied
+    # its other columns too (millions of rows at 10M events).
+    at = equals(facts["row"], EDGE_FACT)
+    return pd.DataFrame({name: facts[col].array[at] for name, col in (
+        ("src", "txn"), ("dst", "txn2"), ("kind", "kind"), ("process", "process"),
+        ("topic", "topic"), ("partition", "partition"), ("src_op", "op"),
+        ("src_inv", "a1"), ("src_cmp", "a2"), ("dst_op", "a3"), ("dst_inv", "a4"),
+        ("dst_cmp", "a5"), ("src_off", "offset"), ("dst_off", "a6"), ("value", "value"))})
 
 
 # ------------------------------------------------------------------- on the driver
@@ -327,12 +328,17 @@ class _Graph:
     offsets as arrays) and the edges they witness (one per src, dst, kind), as node
     codes."""
 
-    def __init__(self, e: pd.DataFrame, names: np.ndarray, codes=None):
-        if codes is None:
-            e = e.sort_values(["src", "dst", "kind", "topic", "partition"], kind="stable")
-            codes = np.searchsorted(names, e[["src", "dst"]].to_numpy(dtype=object)
-                                    .astype(str).ravel()).reshape(-1, 2)
-        self.e = e.reset_index(drop=True)
+    def __init__(self, e: pd.DataFrame, codes: np.ndarray, ordered: bool = False):
+        """codes: each row's (src, dst) node codes (_node_codes); ordered: the rows are
+        in _Graph's order already."""
+        if not ordered:
+            # By src, dst, kind, topic, partition (missing last), stable: pandas'
+            # sort_values of those object columns, as one sort of integer keys.
+            order = sort_order(*(_ranks(e[c]) for c in ("partition", "topic", "kind")),
+                               codes[:, 1], codes[:, 0])
+            e, codes = e.take(order), codes[order]
+        e.index = pd.RangeIndex(len(e))  # e is always a copy of its own here
+        self.e = e
         self._cols: dict | None = None
         self._objects: dict | None = None
         self.codes = codes
@@ -437,6 +443,27 @@ class _Graph:
         return rows[ref[at[hit]]], rows[ref[hit]]
 
 
+def _node_codes(e: pd.DataFrame) -> tuple[np.ndarray, int]:
+    """Each witness's (src, dst) as codes of its transactions, numbered in the order of
+    their names as text (a fixed order, whatever order the partitions' facts came in),
+    and the number of transactions."""
+    both = np.concatenate([e["src"].to_numpy(dtype=object), e["dst"].to_numpy(dtype=object)])
+    # Hashed once, then only the distinct names sorted: sorting every witness's names
+    # as numpy text cost seconds at 10M events.
+    codes, names = pd.factorize(both, use_na_sentinel=False)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.asarray(names, dtype=object).astype(str), kind="stable")] = \
+        np.arange(len(names))
+    return rank[codes].reshape(2, -1).T, len(names)
+
+
+def _ranks(col: pd.Series) -> np.ndarray:
+    """Each value's place among the column's distinct values in sorted order, missing
+    ones after all others (as sort_values orders them)."""
+    codes, _ = pd.factorize(col, sort=True)
+    return np.where(codes < 0, codes.max(initial=-1) + 1, codes)
+
+
 def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     """Anomaly records (anomaly.COLUMNS) for the cycles in edge list e (witnesses: an
     edge may have several, in several partitions; all of them hold)."""
@@ -446,17 +473,15 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
         return engine.anomalies(out)
     # A fixed order, so the cycles reported do not depend on how partitions were
     # scheduled (Spark or local, any number of tasks).
-    names = np.unique(np.concatenate([e["src"].to_numpy(dtype=object),
-                                      e["dst"].to_numpy(dtype=object)]).astype(str))
-    n = len(names)
-    gr = _Graph(e, names)
+    codes, n = _node_codes(e)
+    gr = _Graph(e, codes)
     full = graph.strongly_connected(n, gr.src, gr.dst)
     inner = full[gr.src] == full[gr.dst]
     if not (inner & np.isin(full[gr.src], graph.nontrivial(full))).any():
         return engine.anomalies(out)
     # Only edges inside a component can be on a cycle.
     keep = np.repeat(inner, gr.end - gr.start)
-    gr = _Graph(gr.e[keep], names, codes=gr.codes[keep])
+    gr = _Graph(gr.e[keep], gr.codes[keep], ordered=True)
 
     def comps(mask):
         ids = np.flatnonzero(mask)
@@ -486,7 +511,8 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
             e = gr.e.iloc[np.concatenate([np.arange(len(gr.e)), i])].reset_index(drop=True)
             for col in ("dst", "dst_op", "dst_inv", "dst_cmp", "dst_off", "value"):
                 e.loc[len(gr.e):, col] = gr.e[col].to_numpy()[j] if col != "value" else None
-            gr = _Graph(e, names)
+            codes = np.concatenate([gr.codes, np.c_[gr.codes[i, 0], gr.codes[j, 1]]])
+            gr = _Graph(e, codes)
             ww, wr, rw = gr.kind == WW, gr.kind == WR, gr.kind == RW
     src, dst, bad = gr.src, gr.dst, gr.bad
     adj = graph.csr(n, src, dst)
