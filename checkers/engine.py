@@ -199,7 +199,7 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
 def partition_pass(tables, families):
     """Every family's per-partition rows (OUT_SCHEMA), on Spark.
 
-    Spark hands out the bucket files, not their rows: each task takes a run of
+    Spark hands out the bucket files, not their rows: each task takes some of the
     files, reads each whole with pyarrow and checks it as the local pass does
     (_bucket_with). A bucket holds whole partitions (checkers/spool.py), so no
     shuffle, and the steps never pass through the JVM, whose Parquet reading and
@@ -212,17 +212,22 @@ def partition_pass(tables, families):
     symlinks kept: on a worker the same name may lead to its own mount."""
     files = [str(f) for f in _bucket_files(Path(tables.dir).absolute())]
 
-    def task(batches):
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                out = _bucket_with(files[i], families)
-                if len(out):
-                    yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
-                                                    preserve_index=False).to_batches()
-    from .spark import struct_type
     n = len(files)
     tasks = max(1, min(n, tables.spark.sparkContext.defaultParallelism))
-    return tables.spark.range(0, n, 1, tasks).mapInArrow(task, struct_type(OUT_SCHEMA))
+
+    def task(batches):
+        for batch in batches:
+            for t in batch.column(0).to_pylist():
+                # Every tasks-th file: the buckets' sizes run in order (spool._buckets),
+                # so each task gets large and small ones alike.
+                for path in files[t::tasks]:
+                    out = _bucket_with(path, families)
+                    if len(out):
+                        yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
+                                                        preserve_index=False).to_batches()
+    from .spark import struct_type
+    # One id per task, in a partition of its own.
+    return tables.spark.range(0, tasks, 1, tasks).mapInArrow(task, struct_type(OUT_SCHEMA))
 
 
 def _bucket_files(directory) -> list[Path]:

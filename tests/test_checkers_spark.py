@@ -138,7 +138,7 @@ def _rows(found: pd.DataFrame) -> list[tuple]:
 
 def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_path):
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
-    # Fewer tasks than bucket files: a task checks a run of files, one after another.
+    # Fewer tasks than bucket files: a task checks several files, one after another.
     files = len(engine._bucket_files(tables.dir))
     assert engine.partition_pass(tables, FAMILIES).rdd.getNumPartitions() < files
     on_spark = engine.collect(tables, FAMILIES, local=False)
