@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import anomaly, forked
+from . import anomaly, forked, memory
 from .arrow import null_ints
 from .partlog import PartitionLog
 
@@ -216,6 +216,7 @@ def partition_pass(tables, families):
     tasks = max(1, min(n, tables.spark.sparkContext.defaultParallelism))
 
     def task(batches):
+        memory.keep_freed()  # this Python worker checks one bucket after another
         for batch in batches:
             for t in batch.column(0).to_pylist():
                 # Every tasks-th file: the buckets' sizes run in order (spool._buckets),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
+from . import memory
 from .history import cores
 
 T = TypeVar("T")
@@ -27,6 +28,11 @@ MIN_WORK = 400_000
 _CALL: Callable | None = None
 _PARENT = 0  # the process that forks them
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _start_worker() -> None:
+    memory.keep_freed()  # its items allocate and free arrays of millions of rows
+    _orphan_proof()
 
 
 def _orphan_proof() -> None:
@@ -58,7 +64,7 @@ def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
     # The workers get each item's place, not the item: items need not pickle.
     _CALL, _PARENT = (lambda i: func(items[i])), os.getpid()
     try:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_orphan_proof,
+        with ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
                                  mp_context=multiprocessing.get_context("fork")) as pool:
             return list(pool.map(_call, range(len(items))))
     finally:

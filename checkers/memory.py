@@ -1,4 +1,5 @@
-"""Memory a conversion has freed, given back to the system between its phases.
+"""Memory a conversion has freed, given back to the system between its phases; and
+memory a checking worker frees, kept for its next bucket.
 
 Both allocators a conversion uses keep what is freed for their own reuse. glibc's
 malloc (numpy, pandas, Python's larger objects) raises its mmap threshold after each
@@ -14,14 +15,18 @@ from collections.abc import Callable
 import pyarrow as pa
 
 
-def _glibc_trim() -> Callable[[int], int] | None:
+def _glibc(name: str) -> Callable[..., int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to trim this way
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):  # not glibc: nothing to tune this way
         return None
 
 
-_malloc_trim = _glibc_trim()
+_malloc_trim = _glibc("malloc_trim")
+_mallopt = _glibc("mallopt")
+# mallopt(3)'s parameters, and glibc's highest mmap threshold on 64-bit systems.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_MAX = 32 << 20
 
 
 def give_back() -> None:
@@ -29,3 +34,20 @@ def give_back() -> None:
     pa.default_memory_pool().release_unused()
     if _malloc_trim is not None:
         _malloc_trim(0)
+
+
+def keep_freed() -> bool:
+    """Let this process's malloc keep what it frees for its next allocations; False
+    where that cannot be set (not glibc).
+
+    For a worker that checks one bucket after another, allocating and freeing arrays
+    of millions of rows: by default glibc maps each array above its (rising) mmap
+    threshold afresh and unmaps it when freed, and trims its heap's free top, so the
+    system maps every page again, a fault each. Checking four 3M-step buckets made
+    about 300,000 faults and 3-5 s of system time; with arrays up to 32 MB from a heap
+    that is not trimmed, half the faults and about a third less system time. The
+    worker's peak is the same: what it keeps is what it used."""
+    if _mallopt is None:
+        return False
+    return bool(_mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+                and _mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))

@@ -1,5 +1,10 @@
-"""checkers/memory.py: freed memory the allocators keep goes back to the system."""
+"""checkers/memory.py: freed memory the allocators keep goes back to the system; a
+checking worker keeps what it frees for its next allocations."""
 from __future__ import annotations
+
+import resource
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -25,3 +30,30 @@ def test_malloc_keeps_freed_blocks_until_they_are_given_back():
     assert held - kept < 64 << 20 < kept - _rss()
     assert len(still_used) == 256
 
+
+
+_REFAULTS = """
+import resource, sys
+from onceproof.checkers import memory
+if sys.argv[1] == "keep":
+    assert memory.keep_freed()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = bytearray(20 << 20)  # 20 MB, every page touched
+del block
+before = faults()
+block = bytearray(20 << 20)
+print(faults() - before)
+"""
+
+
+@pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
+def test_a_worker_that_keeps_freed_memory_reuses_its_pages():
+    # A fresh process each: malloc's thresholds move with what a process has freed.
+    def refaults(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _REFAULTS, mode], check=True,
+                             capture_output=True, text=True).stdout
+        return int(out)
+    pages = (20 << 20) // resource.getpagesize()
+    assert refaults("default") > pages // 2  # mapped afresh: a fault per page
+    assert refaults("keep") < pages // 20
