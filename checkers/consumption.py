@@ -88,12 +88,13 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     a = np.r_[0, offs[:-1]]
     # A run that began with a seek and whose first reads were retracted continues,
     # for its first remaining read, from the seek position.
-    first = pd.DataFrame({"op": _at(pl, "op"), "rec": _at(pl, "rec")}).groupby(
-        _at(pl, "run")).first()
-    at = first.index.get_indexer(run)
+    # The reads are in run order (pl.read_rows), so a run's first read is where its
+    # run number changes; every read has an op and a rec.
+    runs = _at(pl, "run")
+    heads = np.r_[True, runs[1:] != runs[:-1]]
+    head = np.maximum.accumulate(np.where(heads, np.arange(len(runs)), 0))[kept]
     ops = _at(pl, "op")[kept]
-    not_first_phys = ((ops != first["op"].to_numpy()[at])
-                      | (_at(pl, "rec")[kept] != first["rec"].to_numpy()[at]))
+    not_first_phys = ((ops != _at(pl, "op")[head]) | (_at(pl, "rec")[kept] != _at(pl, "rec")[head]))
     start = _at(pl, "start")[kept]
     from_seek = ~same & ~np.isnan(start) & not_first_phys
     a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
