@@ -2,7 +2,6 @@
 checking worker keeps what it frees for its next allocations."""
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 
@@ -54,6 +53,7 @@ def test_a_worker_that_keeps_freed_memory_reuses_its_pages():
         out = subprocess.run([sys.executable, "-c", _REFAULTS, mode], check=True,
                              capture_output=True, text=True).stdout
         return int(out)
-    pages = (20 << 20) // resource.getpagesize()
-    assert refaults("default") > pages // 2  # mapped afresh: a fault per page
-    assert refaults("keep") < pages // 20
+    default, keep = refaults("default"), refaults("keep")
+    # Mapped afresh: a fault per page (per huge page where the system gives those).
+    assert default > 0
+    assert keep * 10 < default
