@@ -81,7 +81,8 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     eff = reads[kept]
     if not len(eff):
         return
-    run = _at(pl, "run")[kept]
+    runs, op_at, rec_at = _at(pl, "run"), _at(pl, "op"), _at(pl, "rec")
+    run = runs[kept]
     offs = _at(pl, "offset")[kept].astype(np.int64)
     iso = _at(pl, "isolation")[kept]
     same = np.r_[False, run[1:] == run[:-1]]
@@ -90,11 +91,10 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     # for its first remaining read, from the seek position.
     # The reads are in run order (pl.read_rows), so a run's first read is where its
     # run number changes; every read has an op and a rec.
-    runs = _at(pl, "run")
     heads = np.r_[True, runs[1:] != runs[:-1]]
     head = np.maximum.accumulate(np.where(heads, np.arange(len(runs)), 0))[kept]
-    ops = _at(pl, "op")[kept]
-    not_first_phys = ((ops != _at(pl, "op")[head]) | (_at(pl, "rec")[kept] != _at(pl, "rec")[head]))
+    ops = op_at[kept]
+    not_first_phys = (ops != op_at[head]) | (rec_at[kept] != rec_at[head])
     start = _at(pl, "start")[kept]
     from_seek = ~same & ~np.isnan(start) & not_first_phys
     a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
