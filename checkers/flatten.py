@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import txn_status
+from . import memory, txn_status
 from .arrow import (
     concat_frames,
     empty_frame,
@@ -43,7 +43,6 @@ from .arrow import (
 )
 from .extract import Extract
 from .history import NEMESIS, HistoryError, events_table, nemesis_values
-from .memory import give_back
 from .spool import Partitions, PollSpool, Steps
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
@@ -148,10 +147,21 @@ class WriteIndex:
         at = positions_in(self.values, values, valid)
         return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
 
+    def keeping(self, columns: list[str]) -> WriteIndex:
+        """The same index, holding only `columns` of the writes."""
+        narrow = WriteIndex.__new__(WriteIndex)
+        narrow.writes, narrow.values, narrow.rows = (
+            self.writes.select(columns), self.values, self.rows)
+        return narrow
+
 
 # What a read takes of its op (invoke_index orders them too).
 _READ_OPS = ["process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
              "invoke_time", "complete_time"]
+# What a read takes of its write.
+_READ_WRITES = ["op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
+                "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
+                "txn_commit_complete_index"]
 # Reads joined at a time: a joined read is some thirty columns, its record seven, so a
 # partition's reads are joined (and written) a slice at a time.
 READ_SLICE = 1 << 18
@@ -169,10 +179,7 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index,
         cols.update(take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
                               ["outcome"], prefix="txn_"))
         idx = written.rows_of(*ints(part.column("value")))
-        cols.update(take_rows(written.writes, idx, [
-            "op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
-            "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
-            "txn_commit_complete_index"], prefix="w_"))
+        cols.update(take_rows(written.writes, idx, _READ_WRITES, prefix="w_"))
         cols["w_found"] = pa.array(idx >= 0)
         yield ordered(cols, "reads")
 
@@ -338,11 +345,14 @@ def write_tables(path: Path, out: Path, spool: Path,
     """Write the tables of the JSONL history at `path` under `out`; return its stats.
     With `each`, the steps are not written: `each` of every bucket's steps is run
     (Steps.each) and its results are returned too, else None."""
+    # Until the steps are made, freed arrays go back at once (memory.map_large): the
+    # tables are made by two threads, whose freed blocks would otherwise pile up.
+    memory.map_large()
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
     lists = Extract(polls)
     events = events_table(path, sink=lists)
-    give_back()  # what the parse let go of: the events' values, once taken apart
+    memory.give_back()  # what the parse let go of: the events' values, once taken apart
     n_events = events.num_rows
     # One chunk per column: Arrow's take from a column of many chunks (one per parsed
     # block) joins them first, at every take, and the reads take from the ops at
@@ -350,7 +360,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     ops_t = _ops(events)
     del events
     ops_t = ops_t.combine_chunks()
-    give_back()
+    memory.give_back()
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
 
@@ -383,21 +393,23 @@ def write_tables(path: Path, out: Path, spool: Path,
         txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
         writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index).combine_chunks()
         write_index = WriteIndex(writes)
-        give_back()
+        memory.give_back()
         proven = txn_status.prove(txns, polls, ops_t, ops_index, write_index)
         if proven is not txns:
             txns = proven
             txns_t = to_arrow("txns", txns)
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
-        give_back()
+        memory.give_back()
         made["offsets"] = beside.submit(written, "offsets", _offsets, lists, ops_t, ops_index,
                                         txns_t, txns_index)
         write("txns", txns_t)
         write("writes", writes)
 
-        steps = Steps(partitions)
-        steps.add(writes, functools.partial(_steps_of, "writes"))
+        steps = Steps(partitions, spool)
+        steps.add("writes", writes, functools.partial(_steps_of, "writes"))
+        # Spooled as steps: the reads' join needs fewer of the writes' columns.
+        write_index = write_index.keeping(_READ_WRITES)
 
         def reads_of(key) -> Iterator[pa.Table]:
             # A partition's reads, joined when its bucket is made (checkers/spool.py).
@@ -408,9 +420,9 @@ def write_tables(path: Path, out: Path, spool: Path,
 
         steps.add_later(reads_of)
         n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
-        for name in ("positions", "offsets", "watermarks"):
-            steps.add(made[name].result(), functools.partial(_steps_of, name))
         evidence = _evidence(writes, n_reads, made["offsets"].result())
+        for name in ("positions", "offsets", "watermarks"):
+            steps.add(name, made.pop(name).result(), functools.partial(_steps_of, name))
         n_faults = made["faults"].result().num_rows
         made["ops"].result()
     stats = {
@@ -427,13 +439,15 @@ def write_tables(path: Path, out: Path, spool: Path,
         "steps": 0,
         "partitions": len(partitions.keys),
     }
-    # Nothing of the events is needed to regroup the steps: let them go first. The
-    # ops, transactions and the steps' sources stay: the reads are joined to them, and
-    # each partition's rows are taken from them, as their buckets are written.
-    del lists, txns, made
+    # Nothing of the events is needed to regroup the steps, and the steps' sources are
+    # on disk: let them go first. The ops, transactions and what the reads take of the
+    # writes stay: each partition's reads are joined to them as its bucket is made.
+    del lists, txns, made, writes
     # Of the ops, the reads need only what they take (a quarter GB less at 10M events).
     ops_t = ops_t.select(_READ_OPS)
-    give_back()
+    memory.give_back()
+    # From here, a partition's arrays are made and freed one after another.
+    memory.keep_freed()
     if each is None:
         stats["steps"] = steps.finish(out / "steps.parquet")
         return stats, None

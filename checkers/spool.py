@@ -28,6 +28,7 @@ from .arrow import ints
 from .tables import SCHEMAS
 
 BUCKETS = 32  # at most this many steps files (Spark tasks)
+SOURCE_SLICE = 1 << 20  # rows of a steps source grouped by partition at a time
 # Parquet's dictionary encoding pays for columns of few distinct values (names, kinds,
 # outcomes). Offsets, values, indexes and transaction ids are nearly all distinct: a
 # dictionary for them is built, outgrows its page and is thrown away. No statistics
@@ -184,43 +185,35 @@ class PollSpool(_Grouped):
 
 class Steps:
     """The steps table, kept as its sources (the writes, positions, offsets and
-    watermarks tables, each with its rows' partition ids in order), then written as
-    bucket files that each hold whole partitions: a check task (on Spark or local)
-    reads one file whole, so it sees all the steps of the partitions it is given
+    watermarks tables, spooled to disk grouped by partition as they are added), then
+    written as bucket files that each hold whole partitions: a check task (on Spark or
+    local) reads one file whole, so it sees all the steps of the partitions it is given
     (checkers/engine.py), with no shuffle at check time.
 
-    The sources are small beside the polls' records, and held anyway (the reads are
-    joined to the writes), so only a partition's rows of each are taken, and made
-    steps, as its bucket is made; the reads are made then too (`add_later`), a slice
-    at a time. `finish` writes each slice as a row group as soon as it is made, two
-    buckets at a time: its memory is a few slices of steps, not a bucket's, nor the
-    whole table's."""
+    Only a partition's rows of each source are read back, and made steps, as its bucket
+    is made; the reads are made then too (`add_later`), a slice at a time. `finish`
+    writes each slice as a row group as soon as it is made, two buckets at a time: its
+    memory is a few slices of steps, not a bucket's, nor the whole table's, nor the
+    sources'."""
 
-    def __init__(self, partitions: Partitions) -> None:
+    def __init__(self, partitions: Partitions, folder: Path) -> None:
         self.partitions = partitions
+        self.folder = folder
         # In each partition's order: per source, partition id -> its steps, in slices.
         self.sources: list[Callable[[int], Iterable[pa.Table]]] = []
 
-    def add(self, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
-        """Keep `table`, whose rows `as_steps` makes into steps (row by row)."""
-        if not table.num_rows:
-            return
-        with self.partitions.lock:
-            pid = self.partitions.ids_of(table)
-        order = np.argsort(pid, kind="stable")
-        sorted_ = pid[order]
-        cuts = np.flatnonzero(np.r_[True, sorted_[1:] != sorted_[:-1]])
-        ends = np.r_[cuts[1:], len(pid)]
-        runs = {int(sorted_[a]): (int(a), int(b)) for a, b in zip(cuts, ends)}
-        with self.partitions.lock:
-            for p, (a, b) in runs.items():
-                self.partitions.sizes[p] += b - a
+    def add(self, name: str, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
+        """Spool `table`, whose rows `as_steps` makes into steps (row by row); the
+        caller may let it go."""
+        rows = _Grouped(self.folder, f"source-{len(self.sources)}-{name}", self.partitions)
+        # A slice at a time: grouping copies what it groups.
+        for start in range(0, table.num_rows, SOURCE_SLICE):
+            rows.add(table.slice(start, SOURCE_SLICE))
 
-        def rows(p: int) -> Iterator[pa.Table]:
-            if p in runs:
-                a, b = runs[p]
-                yield as_steps(table.take(pa.array(order[a:b], type=pa.int64())))
-        self.sources.append(rows)
+        def made(p: int) -> Iterator[pa.Table]:
+            for piece in rows.pieces(p):
+                yield as_steps(pa.Table.from_batches([piece]))
+        self.sources.append(made)
 
     def add_later(self, make: Callable[[Key], Iterable[pa.Table]]) -> None:
         """Steps `make` makes of a partition (by key) only when its bucket is made, in

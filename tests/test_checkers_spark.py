@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, check, engine, flatten, forked
+from onceproof.checkers import Verdict, anomaly, check, engine, flatten, forked, spool
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.verdict import FAMILIES
@@ -166,16 +166,19 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
 
 
-def test_reads_joined_a_slice_at_a_time_make_the_same_steps(sink, tmp_path, monkeypatch):
-    """The converter joins a partition's reads, and writes them, a slice at a time (its
-    memory is a few slices, not a bucket): slices of 5 reads give the steps, and the
-    anomalies, of slices bigger than any partition."""
+def test_steps_made_a_slice_at_a_time_are_the_same_steps(sink, tmp_path, monkeypatch):
+    """The converter spools the steps' other sources (writes, positions, offsets) by
+    partition a slice at a time, and joins a partition's reads, and writes them, a slice
+    at a time (its memory is a few slices, not a bucket): slices of 3 rows and of 5 reads
+    give the steps, and the anomalies, of slices bigger than any table."""
     whole = read_parquet(convert(sink, tmp_path / "whole"))
     monkeypatch.setattr(flatten, "READ_SLICE", 5)
+    monkeypatch.setattr(spool, "SOURCE_SLICE", 3)
     sliced = read_parquet(convert(sink, tmp_path / "sliced"))
     files = sorted((tmp_path / "sliced" / "steps.parquet").glob("*.parquet"))
     groups = sum(pq.ParquetFile(f).num_row_groups for f in files)
-    assert groups > sliced.stats["reads"] / 5  # so the slices were made and written
+    # So the slices were made and written: each slice of a partition is a row group.
+    assert groups > sliced.stats["reads"] / 5 + sliced.stats["writes"] / 3
     for name in ("whole", "sliced"):
         assert pq.read_table(tmp_path / name / "steps.parquet").num_rows == whole.stats["steps"]
     for f in files:

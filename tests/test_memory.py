@@ -1,5 +1,6 @@
-"""checkers/memory.py: freed memory the allocators keep goes back to the system; a
-checking worker keeps what it frees for its next allocations."""
+"""checkers/memory.py: freed memory the allocators keep goes back to the system (large
+blocks at once, when asked); a checking worker keeps what it frees for its next
+allocations."""
 from __future__ import annotations
 
 import subprocess
@@ -57,3 +58,31 @@ def test_a_worker_that_keeps_freed_memory_reuses_its_pages():
     # Mapped afresh: a fault per page (per huge page where the system gives those).
     assert default > 0
     assert keep * 10 < default
+
+
+_HELD = """
+import sys, psutil
+from onceproof.checkers import memory
+if sys.argv[1] == "map":
+    assert memory.map_large()
+def rss():
+    return psutil.Process().memory_info().rss
+block = bytearray(20 << 20)
+del block  # by default, glibc's threshold now rises above such blocks
+before = rss()
+block = bytearray(20 << 20)  # 20 MB, every page touched
+above = bytearray(64 << 10)  # live above it, where the heap grows
+del block
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
+def test_a_converter_that_maps_large_blocks_gives_them_back_when_freed():
+    # A fresh process each, as above. What a freed block leaves resident: all of it
+    # from the heap, by default; nothing when it was mapped on its own.
+    def held(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _HELD, mode], check=True,
+                             capture_output=True, text=True).stdout
+        return int(out)
+    assert held("default") > 16 << 20 > 4 << 20 > held("map")
