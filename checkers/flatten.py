@@ -13,6 +13,7 @@ joined only as its bucket of steps is written (checkers/spool.py).
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Callable, Iterator
@@ -149,9 +150,8 @@ class WriteIndex:
 
     def keeping(self, columns: list[str]) -> WriteIndex:
         """The same index, holding only `columns` of the writes."""
-        narrow = WriteIndex.__new__(WriteIndex)
-        narrow.writes, narrow.values, narrow.rows = (
-            self.writes.select(columns), self.values, self.rows)
+        narrow = copy.copy(self)
+        narrow.writes = self.writes.select(columns)
         return narrow
 
 
@@ -372,18 +372,27 @@ def write_tables(path: Path, out: Path, spool: Path,
         frame = make(*args)
         return write(name, frame if isinstance(frame, pa.Table) else to_arrow(name, frame))
 
+    # The steps' sources, spooled as each is made; each partition's steps in this
+    # order of their kinds (as PartitionLog expects them: checkers/partlog.py).
+    steps = Steps(partitions, spool, ("writes", "reads", "positions", "offsets", "watermarks"))
+
+    def spooled(name: str, make: Callable[..., pd.DataFrame | pa.Table], *args) -> pa.Table:
+        table = written(name, make, *args)
+        steps.add(name, table, functools.partial(_steps_of, name))
+        return table
+
     # Two chains, one per core (both mostly Arrow and numpy, which let go of the GIL):
     # what hangs on the transactions' outcomes (writes and their proof) here, and what
     # does not (ops, positions, faults, watermarks), then the offsets, which need the
-    # proven outcomes, in a thread beside. Each table is written as it is made; the
-    # steps' sources are kept in one order, whoever finishes first.
+    # proven outcomes, in a thread beside. Each table is written, and spooled as steps,
+    # as soon as it is made.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
         made = {"ops": beside.submit(write, "ops", ops_t),
-                "positions": beside.submit(written, "positions", _positions, lists, polls,
+                "positions": beside.submit(spooled, "positions", _positions, lists, polls,
                                            ops_t, ops_index),
                 "faults": beside.submit(written, "faults", _faults, path, ops_t,
                                         lists.fault_lines),
-                "watermarks": beside.submit(written, "watermarks", _watermarks, lists, ops_t,
+                "watermarks": beside.submit(spooled, "watermarks", _watermarks, lists, ops_t,
                                             ops_index)}
         # Pandas only for the transactions' ops: the transactions are grouped there.
         in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
@@ -401,12 +410,10 @@ def write_tables(path: Path, out: Path, spool: Path,
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
         memory.give_back()
-        made["offsets"] = beside.submit(written, "offsets", _offsets, lists, ops_t, ops_index,
+        made["offsets"] = beside.submit(spooled, "offsets", _offsets, lists, ops_t, ops_index,
                                         txns_t, txns_index)
         write("txns", txns_t)
         write("writes", writes)
-
-        steps = Steps(partitions, spool)
         steps.add("writes", writes, functools.partial(_steps_of, "writes"))
         # Spooled as steps: the reads' join needs fewer of the writes' columns.
         write_index = write_index.keeping(_READ_WRITES)
@@ -418,13 +425,12 @@ def write_tables(path: Path, out: Path, spool: Path,
                 for joined in _reads(raw, ops_t, ops_index, txns_t, txns_index, write_index):
                     yield _steps_of("reads", joined)
 
-        steps.add_later(reads_of)
+        steps.add_later("reads", reads_of)
         n_reads = sum(n for _, where in polls.blocks for _, n in where.values())
         evidence = _evidence(writes, n_reads, made["offsets"].result())
-        for name in ("positions", "offsets", "watermarks"):
-            steps.add(name, made.pop(name).result(), functools.partial(_steps_of, name))
         n_faults = made["faults"].result().num_rows
-        made["ops"].result()
+        for future in made.values():
+            future.result()  # each one's error, if any, raised here
     stats = {
         "events": n_events,
         "ops": ops_t.num_rows,

@@ -196,16 +196,19 @@ class Steps:
     memory is a few slices of steps, not a bucket's, nor the whole table's, nor the
     sources'."""
 
-    def __init__(self, partitions: Partitions, folder: Path) -> None:
+    def __init__(self, partitions: Partitions, folder: Path, order: tuple[str, ...]) -> None:
         self.partitions = partitions
         self.folder = folder
-        # In each partition's order: per source, partition id -> its steps, in slices.
-        self.sources: list[Callable[[int], Iterable[pa.Table]]] = []
+        # The sources by name, each partition's steps in `order` of their sources
+        # whichever is added first (they may be added from several threads).
+        self.order = order
+        # Per source: partition id -> its steps, in slices.
+        self.sources: dict[str, Callable[[int], Iterable[pa.Table]]] = {}
 
     def add(self, name: str, table: pa.Table, as_steps: Callable[[pa.Table], pa.Table]) -> None:
-        """Spool `table`, whose rows `as_steps` makes into steps (row by row); the
-        caller may let it go."""
-        rows = _Grouped(self.folder, f"source-{len(self.sources)}-{name}", self.partitions)
+        """Spool source `name`, whose rows `as_steps` makes into steps (row by row);
+        the caller may let the table go."""
+        rows = _Grouped(self.folder, f"source-{name}", self.partitions)
         # A slice at a time: grouping copies what it groups.
         for start in range(0, table.num_rows, SOURCE_SLICE):
             rows.add(table.slice(start, SOURCE_SLICE))
@@ -213,20 +216,30 @@ class Steps:
         def made(p: int) -> Iterator[pa.Table]:
             for piece in rows.pieces(p):
                 yield as_steps(pa.Table.from_batches([piece]))
-        self.sources.append(made)
+        self._put(name, made)
 
-    def add_later(self, make: Callable[[Key], Iterable[pa.Table]]) -> None:
-        """Steps `make` makes of a partition (by key) only when its bucket is made, in
-        the partition's order after the sources added so far. The partitions' sizes
-        must already count them (the polls' spool does, for the reads)."""
-        self.sources.append(lambda p: make(self.partitions.keys[p]))
+    def add_later(self, name: str, make: Callable[[Key], Iterable[pa.Table]]) -> None:
+        """Source `name`: steps that `make` makes of a partition (by key) only when its
+        bucket is made. The partitions' sizes must already count them (the polls'
+        spool does, for the reads)."""
+        self._put(name, lambda p: make(self.partitions.keys[p]))
+
+    def _put(self, name: str, rows: Callable[[int], Iterable[pa.Table]]) -> None:
+        if name not in self.order:
+            raise ValueError(f"steps source {name!r} is none of {self.order}")
+        if name in self.sources:
+            raise ValueError(f"steps source {name!r} was added already")
+        self.sources[name] = rows
 
     def _slices(self, members: list[int]) -> Iterator[pa.Table]:
         """The steps of the partitions `members`, partition by partition, source by
-        source in the order added, as the sources make them."""
+        source in their order, as the sources make them."""
+        missing = [name for name in self.order if name not in self.sources]
+        if missing:
+            raise ValueError(f"steps sources {missing} were never added")
         for p in members:
-            for rows in self.sources:
-                yield from (t for t in rows(p) if t.num_rows)
+            for name in self.order:
+                yield from (t for t in self.sources[name](p) if t.num_rows)
 
     def _buckets(self) -> list[list[int]]:
         """The partition ids of each bucket."""
