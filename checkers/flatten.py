@@ -344,7 +344,8 @@ def write_tables(path: Path, out: Path, spool: Path,
                  each: Callable[[pa.Table], Any] | None = None) -> tuple[dict, list | None]:
     """Write the tables of the JSONL history at `path` under `out`; return its stats.
     With `each`, the steps are not written: `each` of every bucket's steps is run
-    (Steps.each) and its results are returned too, else None."""
+    (Steps.each) and its results are returned too, else None. Sets this process's
+    malloc options for each phase (memory.map_large, then memory.keep_freed)."""
     # Until the steps are made, freed arrays go back at once (memory.map_large): the
     # tables are made by two threads, whose freed blocks would otherwise pile up.
     memory.map_large()

@@ -45,7 +45,7 @@ def map_large() -> bool:
     For a conversion's tables phase: two threads make and free pandas and numpy arrays
     of millions of rows, and with glibc's rising threshold those come from heaps that
     give nothing back while anything above the freed block is live. At 10M events the
-    phase peaked at 3.94 GiB RSS, with 2.6 GiB live; with large blocks mapped, 3.0-3.1
+    phase peaked at 3.94 GiB RSS, with 2.6 GiB live; with large blocks mapped, 3.1-3.3
     GiB. Not for a phase that makes and frees arrays one after another (a fault per
     page of each): `keep_freed` is for those, and undoes this."""
     if _mallopt is None:

@@ -199,8 +199,8 @@ class Steps:
     def __init__(self, partitions: Partitions, folder: Path, order: tuple[str, ...]) -> None:
         self.partitions = partitions
         self.folder = folder
-        # The sources by name, each partition's steps in `order` of their sources
-        # whichever is added first (they may be added from several threads).
+        # Each partition's steps come source by source in this order, whichever source
+        # was added first (two threads add them).
         self.order = order
         # Per source: partition id -> its steps, in slices.
         self.sources: dict[str, Callable[[int], Iterable[pa.Table]]] = {}
