@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from .arrow import (
     empty_frame,
     equal_to,
+    hashed,
     ints,
     positions_in,
     positions_of_strings,
@@ -112,18 +113,20 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
               & pc.invert(equal_to(w.column("type"), "fail")).to_numpy(
                   zero_copy_only=False))
     values, valid = ints(w.column("value"))
-    cand_values = pa.array(values[w_cand & valid], type=pa.int64())
+    # Hashed once for every block (Arrow's is_in would hash them again for each).
+    cand_values = hashed(pd.Index(values[w_cand & valid]))
     if not len(cand_values):
         return txns
     w_part, w_part_ok = ints(w.column("partition"))
     never = np.iinfo(np.int64).max
-    first: dict = {}
+    # Per read that proves a commit: the row of its write, and its poll's completion.
+    proofs: list[tuple[np.ndarray, np.ndarray]] = []
     for raw in polls.files():
         # Few reads are of candidate transactions: pick them out before any join.
-        mask = pc.fill_null(pc.is_in(raw.column("value"), value_set=cand_values), False)
-        if not pc.any(mask).as_py():
+        mask = positions_in(cand_values, *ints(raw.column("value"))) >= 0
+        if not mask.any():
             continue
-        r = raw.filter(mask)
+        r = raw.filter(pa.array(mask))
         wr = written.rows_of(*ints(r.column("value")))
         at = positions_in(ops_index, ints(r.column("op"))[0])
         op_rows = pa.array(np.maximum(at, 0), type=pa.int64())
@@ -136,13 +139,15 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
         keep = ((wr >= 0) & (at >= 0) & rc
                 & _same(r.column("topic"), w.column("topic").take(w_rows))
                 & r_part_ok & w_part_ok[wr_] & (r_part == w_part[wr_]))
-        txn = w.column("txn").take(pa.array(wr_[keep], type=pa.int64())).to_pylist()
-        for t, i in zip(txn, np.where(done_ok, done, never)[keep]):
-            first[t] = min(first.get(t, never), int(i))
-    if not first:
+        if keep.any():
+            proofs.append((wr_[keep], np.where(done_ok, done, never)[keep]))
+    if not proofs:
         return txns
+    rows = pa.array(np.concatenate([r for r, _ in proofs]), type=pa.int64())
+    txn = w.column("txn").take(rows).to_numpy(zero_copy_only=False)
+    first = pd.Series(np.concatenate([d for _, d in proofs])).groupby(txn).min()
     txns = txns.copy()
-    proven = txns["txn"].isin(list(first)).to_numpy(dtype=bool)
+    proven = txns["txn"].isin(first.index).to_numpy(dtype=bool)
     txns.loc[proven, "outcome"] = COMMITTED
     seen = txns.loc[proven, "txn"].map(first)
     txns.loc[proven, "commit_complete_index"] = seen.where(seen < never)
