@@ -135,10 +135,9 @@ class _Grouped:
         return out
 
     def files(self):
-        """Every block, whole, in the order added, mapped: only the pages of what the
-        caller reads are read, and they go when it lets the block go."""
+        """Every block, whole, in the order added."""
         for path, _ in self.blocks:
-            with pa.memory_map(str(path)) as src:
+            with pa.OSFile(str(path)) as src:
                 yield pa.ipc.open_file(src).read_all()
 
     def clear(self) -> None:
