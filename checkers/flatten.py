@@ -6,10 +6,12 @@ every record (its transaction's outcome, checkers/txn_status.py; who wrote a val
 was read) is joined in here. The checks then start from flat tables and never join by
 value.
 
-Memory is bounded by everything but the polls' records: those are most of a history
+Memory is bounded by the ops, not by the polls' records: those are most of a history
 (a poll returns many records, and each becomes a read and a step), so they go to disk
 block by block as the JSONL streams in, grouped by partition, and each partition's are
-joined only as its bucket of steps is written (checkers/spool.py).
+joined only as its bucket of steps is written (checkers/spool.py). The steps' other
+sources (writes, positions, offsets, watermarks) go to disk the same way as each table
+is made.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What keeps a conversion's memory bounded: the polls' records (PollSpool, moved to
 disk as the JSONL streams in, grouped by (topic, partition)), and the steps (Steps:
-their other sources, kept with each row's partition), from which the buckets of steps
-the checks read are made, a few partitions at a time.
+their other sources, moved to disk grouped the same way as each is made), from which
+the buckets of steps the checks read are made, a few partitions at a time.
 
 The reads are most of a history's steps (a poll returns many records, each a read),
 and joining one to its op, transaction and write makes a row of some thirty columns
