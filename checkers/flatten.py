@@ -46,6 +46,7 @@ from .arrow import (
 )
 from .extract import Extract
 from .history import NEMESIS, HistoryError, events_table, nemesis_values
+from .partlog import KINDS
 from .spool import Partitions, PollSpool, Steps
 from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
 
@@ -375,9 +376,10 @@ def write_tables(path: Path, out: Path, spool: Path,
         frame = make(*args)
         return write(name, frame if isinstance(frame, pa.Table) else to_arrow(name, frame))
 
-    # The steps' sources, spooled as each is made; each partition's steps in this
-    # order of their kinds (as PartitionLog expects them: checkers/partlog.py).
-    steps = Steps(partitions, spool, ("writes", "reads", "positions", "offsets", "watermarks"))
+    # The steps' sources, spooled as each is made; each partition's steps in the order
+    # of their kinds that PartitionLog expects (checkers/partlog.py).
+    steps = Steps(partitions, spool,
+                  tuple(sorted(STEP_KINDS, key=lambda name: KINDS.index(STEP_KINDS[name]))))
 
     def spooled(name: str, make: Callable[..., pd.DataFrame | pa.Table], *args) -> pa.Table:
         table = written(name, make, *args)

@@ -45,6 +45,9 @@ LOG_SCHEMA = SCHEMAS["steps"]
 
 # Kinds of steps in the log table.
 WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
+# The order of the kinds within each partition's steps, as the converter writes them
+# (checkers/flatten.py), so a kind is often a slice of the frame already.
+KINDS = (WRITE, READ, POSITION, OFFSET, WATERMARK)
 # Visibility of a read value (vis): to read_committed readers, to read_uncommitted only.
 VIS_RC, VIS_RU, VIS_NONE = 2, 1, 0
 
@@ -106,8 +109,7 @@ class PartitionLog:
         self.partition = None if pd.isna(partition) else int(partition)
         # One numpy sort by (kind, invoke_index, rec), then each kind is a slice.
         kind = pdf["kind"].to_numpy(dtype=object)
-        # In the order the converter adds them (checkers/flatten.py).
-        codes = {k: i for i, k in enumerate((WRITE, READ, POSITION, OFFSET, WATERMARK))}
+        codes = {k: i for i, k in enumerate(KINDS)}
         # Kinds come in long runs: look up each run's kind, not each step's.
         heads = np.flatnonzero(np.r_[True, kind[1:] != kind[:-1]])
         kcode = np.repeat(np.array([codes.get(k, 9) for k in kind[heads]], dtype=np.int64),

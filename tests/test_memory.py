@@ -32,6 +32,14 @@ def test_malloc_keeps_freed_blocks_until_they_are_given_back():
 
 
 
+def _printed(script: str, mode: str) -> int:
+    """The number `script` prints, run with `mode` in a fresh process: malloc's
+    thresholds move with what a process has freed."""
+    out = subprocess.run([sys.executable, "-c", script, mode], check=True,
+                         capture_output=True, text=True).stdout
+    return int(out)
+
+
 _REFAULTS = """
 import resource, sys
 from onceproof.checkers import memory
@@ -49,12 +57,7 @@ print(faults() - before)
 
 @pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
 def test_a_worker_that_keeps_freed_memory_reuses_its_pages():
-    # A fresh process each: malloc's thresholds move with what a process has freed.
-    def refaults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _REFAULTS, mode], check=True,
-                             capture_output=True, text=True).stdout
-        return int(out)
-    default, keep = refaults("default"), refaults("keep")
+    default, keep = _printed(_REFAULTS, "default"), _printed(_REFAULTS, "keep")
     # Mapped afresh: a fault per page (per huge page where the system gives those).
     assert default > 0
     assert keep * 10 < default
@@ -79,10 +82,6 @@ print(rss() - before)
 
 @pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
 def test_a_converter_that_maps_large_blocks_gives_them_back_when_freed():
-    # A fresh process each, as above. What a freed block leaves resident: all of it
-    # from the heap, by default; nothing when it was mapped on its own.
-    def held(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _HELD, mode], check=True,
-                             capture_output=True, text=True).stdout
-        return int(out)
-    assert held("default") > 16 << 20 > 4 << 20 > held("map")
+    # What a freed block leaves resident: all of it from the heap, by default; nothing
+    # when it was mapped on its own.
+    assert _printed(_HELD, "default") > 16 << 20 > 4 << 20 > _printed(_HELD, "map")
