@@ -272,12 +272,19 @@ def test_a_hung_toxiproxy_is_replaced_and_the_heal_goes_through(cluster, monkeyp
 
 
 def test_wiped_node_comes_back_empty_and_catches_up(cluster):
-    victim = cluster.topology.nodes[-1]
+    # The KRaft leader is the hard case: a peer that still follows it when it starts on
+    # its empty disk makes Kafka stop it ("... inconsistent with current leader").
+    victim = cluster.quorum_leader(cluster.topology.nodes[0])
+    assert victim in cluster.topology.nodes
     topic = _topic(cluster, cluster.topology.nodes)
     assert _produce(cluster.bootstrap, topic, [b"kept"]) == [None]
     cluster.wipe(victim)
     assert not (cluster.node_dir(victim) / "data" / f"{topic}-0").exists()
-    cluster.heal_all()  # starts it on its empty disk
+    assert cluster.quorum_leader(victim) is None
+    cluster.start(victim)  # on its empty disk, once no running peer follows it
+    assert all(cluster.quorum_leader(peer) != victim for peer in cluster.topology.nodes
+               if peer != victim)
+    cluster.heal_all()
     # The ISR may never have dropped the victim (a kill and restart can beat the broker
     # session timeout), so a full ISR alone proves nothing: the copied bytes do.
     copied = _until(lambda: _log_bytes(cluster, victim, topic) > 0, timeout=120)

@@ -361,9 +361,32 @@ class Cluster(Metadata):
 
     def start(self, node: int) -> None:
         if not procs.alive(self._pid(node)):
+            self._until_no_peer_follows(node)
             self._start_node(node)
         self.down_nodes.discard(node)
         self.save_state()
+
+    def quorum_leader(self, node: int) -> int | None:
+        """The KRaft leader this node's quorum state names (None: no state on its disk)."""
+        path = self.node_dir(node) / "data" / "__cluster_metadata-0" / "quorum-state"
+        try:
+            return int(json.loads(path.read_text())["leaderId"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _until_no_peer_follows(self, node: int, timeout: float = 30.0) -> None:
+        # A voter on a wiped disk remembers no epoch. If a peer still follows it as the
+        # leader of the epoch it forgot, Kafka ends it on startup with "... inconsistent
+        # with current leader" (losing a static voter's disk is outside what KRaft
+        # supports). The peers elect another leader within the fetch timeout, so the
+        # node starts once they have, as a replaced disk would; if they cannot within
+        # the timeout, it starts anyway and the crash, if any, is Kafka's to report.
+        if self.quorum_leader(node) is not None:
+            return
+        _until(lambda: not any(
+            self.quorum_leader(peer) == node for peer in self.nodes
+            if peer != node and peer not in self.paused and procs.alive(self.pids.get(f"node{peer}"))),
+            timeout)
 
     def restart(self, node: int) -> None:
         self.stop(node)
