@@ -60,8 +60,7 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     partition is not the first value visible to it at an offset >= o (it read below o,
     or passed over a visible value at or after o)."""
     out: list[dict] = []
-    # Row numbers of the steps, not copies of their columns: the reads are most steps.
-    reads = pl.read_rows
+    reads = np.arange(len(pl.runs["run"]))
     if not len(reads):
         return engine.anomalies(out)
     _pairs(pl, reads, out)
@@ -70,37 +69,31 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     return engine.anomalies(out)
 
 
-def _at(pl: PartitionLog, name: str) -> np.ndarray:
-    """Column `name` of the steps at the reads (pl.read_rows), taken once: the three
-    checks read the same columns."""
-    return pl.memo(f"read_rows.{name}", lambda: pl.steps[name].to_numpy()[pl.read_rows])
-
-
 def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
-    kept = ~_at(pl, "retracted")
+    kept = ~pl.runs["retracted"]
     eff = reads[kept]
     if not len(eff):
         return
-    runs, op_at, rec_at = _at(pl, "run"), _at(pl, "op"), _at(pl, "rec")
+    runs, op_at, rec_at = pl.runs["run"], pl.runs["op"], pl.runs["rec"]
     run = runs[kept]
-    offs = _at(pl, "offset")[kept].astype(np.int64)
-    iso = _at(pl, "isolation")[kept]
+    offs = pl.runs["offset"][kept].astype(np.int64)
+    iso = pl.runs["isolation"][kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
     # A run that began with a seek and whose first reads were retracted continues,
     # for its first remaining read, from the seek position.
-    # The reads are in run order (pl.read_rows), so a run's first read is where its
-    # run number changes; every read has an op and a rec.
+    # The reads are in run order (pl.runs), so a run's first read is where its run
+    # number changes; every read has an op and a rec.
     heads = np.r_[True, runs[1:] != runs[:-1]]
     head = np.maximum.accumulate(np.where(heads, np.arange(len(runs)), 0))[kept]
     ops = op_at[kept]
     not_first_phys = (ops != op_at[head]) | (rec_at[kept] != rec_at[head])
-    start = _at(pl, "start")[kept]
+    start = pl.runs["start"][kept]
     from_seek = ~same & ~np.isnan(start) & not_first_phys
     a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
     paired = same | from_seek
     prev = np.where(same, np.r_[np.nan, ops[:-1]], np.nan)
-    seek = np.where(from_seek, _at(pl, "start_op")[kept], np.nan)
+    seek = np.where(from_seek, pl.runs["start_op"][kept], np.nan)
 
     def before(i: int) -> str:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
@@ -114,13 +107,13 @@ def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None
     position moved. Consecutive reads of one run, one of them retracted by an abort,
     are held to the same order as any others (the pairs without a retracted read are
     _pairs' already)."""
-    run = _at(pl, "run")
-    offs = _at(pl, "offset").astype(np.int64)
-    iso = _at(pl, "isolation")
-    retracted = _at(pl, "retracted")
+    run = pl.runs["run"]
+    offs = pl.runs["offset"].astype(np.int64)
+    iso = pl.runs["isolation"]
+    retracted = pl.runs["retracted"]
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
-    ops = _at(pl, "op")
+    ops = pl.runs["op"]
     prev = np.where(pair, np.r_[np.nan, ops[:-1]], np.nan)
     _judge(pl, reads, offs, a, iso, pair, prev, np.full(len(ops), np.nan),
            lambda i: f"read offset {a[i]} then", " (in a transaction that aborted)", out)
@@ -129,11 +122,11 @@ def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None
 def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
            iso: np.ndarray, paired: np.ndarray, prev: np.ndarray, seek: np.ndarray,
            before: Callable[[int], str], where: str, out: list[dict]) -> None:
-    """nonmonotonic_poll and poll_skip for each paired read (rows: row numbers of the
-    steps): the consumer stood just past a[i] (before(i) says how, in words: after the
+    """nonmonotonic_poll and poll_skip for each paired read (rows: its number in
+    pl.runs): the consumer stood just past a[i] (before(i) says how, in words: after the
     read by op prev[i], or the seek by op seek[i]) and read offs[i] next."""
     for i in np.flatnonzero(paired & (offs <= a)):
-        row = pl.steps.iloc[rows[i]]
+        row = pl.run_read(rows[i])
         out.append(_record("nonmonotonic_poll", row,
                            f"{row['process']} {before(int(i))} offset {offs[i]} with no seek "
                            f"between{where}", (prev[i], "previous read")))
@@ -141,7 +134,7 @@ def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
     if len(fwd):
         gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
         for i in fwd[gaps > 0]:
-            row = pl.steps.iloc[rows[i]]
+            row = pl.run_read(rows[i])
             skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
             out.append(_record(
                 "poll_skip", row,
@@ -153,14 +146,14 @@ def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
 
 def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     # The first physical read of each run that began with a seek.
-    run = _at(pl, "run")
-    head = np.r_[True, run[1:] != run[:-1]] & ~np.isnan(_at(pl, "start"))
+    run = pl.runs["run"]
+    head = np.r_[True, run[1:] != run[:-1]] & ~np.isnan(pl.runs["start"])
     firsts = reads[head]
     if not len(firsts):
         return
-    o = _at(pl, "start")[head].astype(np.int64)
-    b = _at(pl, "offset")[head].astype(np.int64)
-    iso = _at(pl, "isolation")[head]
+    o = pl.runs["start"][head].astype(np.int64)
+    b = pl.runs["offset"][head].astype(np.int64)
+    iso = pl.runs["isolation"][head]
     expect = np.full(len(o), np.iinfo(np.int64).max)
     for rc in (True, False):
         m = (iso == READ_COMMITTED) == rc
@@ -169,7 +162,7 @@ def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
             i = np.searchsorted(offs, o[m], side="left")
             expect[m] = np.where(i < len(offs), offs[np.minimum(i, len(offs) - 1)], expect[m])
     for k in np.flatnonzero((b < o) | (expect < b)):
-        row = pl.steps.iloc[firsts[k]]
+        row = pl.run_read(firsts[k])
         first = pl.first_visible(iso[k], int(o[k]))
         want = (f"offset {first[0]} (value {first[1]})" if first is not None
                 else f"an offset >= {o[k]}")

@@ -81,21 +81,54 @@ def equals(col: pd.Series, *values: str) -> np.ndarray:
         return col.isin(values).fillna(False).to_numpy(dtype=bool)
 
 
+def _fold(ints: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarray:
+    """One int64 per row that orders the rows as the keys do (last key primary), for
+    keys within [low, low + span) whose spans' product is below 2**62."""
+    key = np.zeros(len(ints[0]), dtype=np.int64)
+    for k, lo, span in zip(ints[::-1], lows[::-1], spans[::-1]):
+        key *= span
+        key += k - lo
+    return key
+
+
+def _fits(spans: list[int]) -> bool:
+    return np.prod(spans, dtype=object) < 2 ** 62
+
+
 def sort_order(*keys: np.ndarray) -> np.ndarray:
     """np.lexsort(keys) (last key primary), for integer-valued keys."""
     ints = [k.astype(np.int64) for k in keys]
     if len(ints[0]):
         lows = [int(k.min()) for k in ints]
         spans = [int(k.max()) - lo + 1 for k, lo in zip(ints, lows)]
-        if np.prod(spans, dtype=object) < 2 ** 62:
+        if _fits(spans):
             # One stable argsort of a combined key is several times faster than
             # lexsort's pass per key, and gives the same order.
-            key = np.zeros(len(ints[0]), dtype=np.int64)
-            for k, lo, span in zip(ints[::-1], lows[::-1], spans[::-1]):
-                key *= span
-                key += k - lo
-            return np.argsort(key, kind="stable")
+            return np.argsort(_fold(ints, lows, spans), kind="stable")
     return np.lexsort(ints)
+
+
+def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """For each set of int64 columns (first column primary), one int64 per row that
+    orders the rows of every set as their columns do."""
+    cols = list(zip(*sets))[::-1]  # _fold's order: last key primary
+    if not any(len(k) for k in cols[0]):
+        return [np.zeros(0, dtype=np.int64) for _ in sets]
+    lows = [min(int(k.min()) for k in col if len(k)) for col in cols]
+    spans = [max(int(k.max()) for k in col if len(k)) - lo + 1 for col, lo in zip(cols, lows)]
+    if _fits(spans):
+        return [_fold(list(keys[::-1]), lows, spans) for keys in sets]
+    # Each row's rank among the distinct rows instead.
+    sizes = np.cumsum([len(keys[0]) for keys in sets])[:-1]
+    ints = [np.concatenate(col) for col in cols]
+    order = np.lexsort(ints)
+    differs = np.zeros(len(order), dtype=bool)
+    for k in ints:
+        ko = k[order]
+        differs[1:] |= ko[1:] != ko[:-1]
+    key = np.empty(len(order), dtype=np.int64)
+    key[order] = np.cumsum(differs)
+    return np.split(key, sizes)
 
 
 class PartitionLog:
@@ -180,121 +213,111 @@ class PartitionLog:
     # ------------------------------------------------------------------------- runs
 
     @cached_property
-    def steps(self) -> pd.DataFrame:
-        """Reads and position changes of each process in its order, with run ids.
-
-        Columns: process, kind, op, rec, offset, value, isolation, txn, final, retracted,
-        invoke_index, complete_index, run, start (the run's seek position, or NaN),
-        start_op (that seek's op).
-        """
-        # Built column by column in numpy: pandas' concat and sort of nullable and
-        # all-None columns cost many times more at millions of rows.
-        parts = (self.reads, self.positions)
-        nr, n = len(self.reads), len(self.reads) + len(self.positions)
-        # Each part holds one kind, so per-part tests on the small or typed columns
-        # stand in for object comparisons over the whole concatenation.
-        pos_col = np.r_[np.zeros(nr, dtype=bool), np.ones(n - nr, dtype=bool)]
-        seek_col = np.r_[np.zeros(nr, dtype=bool), equals(self.positions["type"], "seek")]
-        outcome = self.reads["txn_outcome"].to_numpy(dtype=object)
-        known = ~pd.isna(outcome)
-        retr_col = np.zeros(n, dtype=bool)
-        # Missing outcomes (most reads) compare slowly and are never ABORTED.
-        retr_col[:nr][known] = outcome[known] == ABORTED
-        process = np.concatenate([p["process"].to_numpy(dtype=object) for p in parts])
+    def _runs(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The reads of a known offset, each process's in its order, with the runs
+        they belong to; and where each is among self.reads."""
+        r, p = self.reads, self.positions
+        nr = len(r)
+        # A process's steps in (invoke_index, rec) order, a missing one as -1, reads
+        # before positions on a tie: the order __init__ gave each kind already, so a
+        # stable sort by process code puts each kind in place, and the few positions
+        # are merged in between the reads by one binary search.
+        process = np.concatenate([r["process"].to_numpy(dtype=object),
+                                  p["process"].to_numpy(dtype=object)])
         codes = pd.factorize(process, sort=True)[0]
-        rec = np.concatenate([p["rec"].to_numpy(dtype=float, na_value=np.nan) for p in parts])
-        inv = np.concatenate([p["invoke_index"].to_numpy(dtype=float, na_value=np.nan)
-                              for p in parts])
-        # Each part is in (invoke_index, rec) order already, so that sort is a merge,
-        # and a stable sort by the few process codes after it is a radix sort.
-        order = sort_order(np.nan_to_num(rec, nan=-1.0), np.nan_to_num(inv, nan=-1.0))
-        order = order[np.argsort(codes[order].astype(np.int16) if len(codes) and
-                                 codes.max() < 2 ** 15 else codes[order], kind="stable")]
-        # One 2-D object block: a frame of separate object columns would be stacked
-        # into one by pandas, a second copy.
-        # Only the columns the checks read: the kind of position step and the
-        # transaction's outcome are in seek_col and retr_col already.
-        obj_names = ("process", "kind", "isolation", "txn")
-        obj = np.empty((len(obj_names), n), dtype=object)
-        is_pos = pos_col[order]
-        obj[0] = process[order]
-        obj[1] = np.array([READ, POSITION], dtype=object)[is_pos.view(np.int8)]
-        # Scattered straight to their rows: one pass over each object column, not a
-        # concatenation and then a take.
-        rank = np.empty(n, dtype=np.intp)
-        rank[order] = np.arange(n)
-        for j, c in enumerate(obj_names[2:], 2):
-            obj[j, rank[:nr]] = self.reads[c].to_numpy(dtype=object)
-            obj[j, rank[nr:]] = self.positions[c].to_numpy(dtype=object)
-        # Strings and None only: pandas' look for dates in object columns finds none.
-        s = pd.DataFrame(obj.T, columns=list(obj_names), dtype=object, copy=False)
-        s["op"] = np.concatenate([p["op"].to_numpy(dtype=float, na_value=np.nan)
-                                  for p in parts])[order]
-        s["rec"] = rec[order]
-        s["offset"] = np.concatenate([p["offset"].to_numpy(dtype=float, na_value=np.nan)
-                                      for p in parts])[order]
-        s["invoke_index"] = inv[order]
-        s["complete_index"] = np.concatenate([
-            p["complete_index"].to_numpy(dtype=float, na_value=np.nan) for p in parts])[order]
-        fin = np.concatenate([p["final"].fillna(False).to_numpy(dtype=bool) for p in parts])[order]
-        s["final"] = fin
-        s["value"] = pd.arrays.IntegerArray(
-            np.concatenate([p["value"].to_numpy(dtype=np.int64, na_value=0) for p in parts])[order],
-            np.concatenate([p["value"].isna().to_numpy(dtype=bool) for p in parts])[order])
-        proc = obj[0]
-        pcodes = codes[order]
-        # Equal codes are equal processes unless nulls (all -1) are among them.
-        new_proc = np.r_[True, pcodes[1:] != pcodes[:-1]] if pcodes.min(initial=0) >= 0 \
-            else np.r_[True, proc[1:] != proc[:-1]]
-        # Isolation and final flag of the latest read at or before each step.
-        last_read = np.maximum.accumulate(np.where(~is_pos, np.arange(n), 0))
-        iso = obj[2][last_read]
-        fin = fin[last_read]
-        iso_change = np.r_[True, iso[1:] != iso[:-1]] & ~is_pos
-        fin_change = np.r_[True, fin[1:] != fin[:-1]] & ~is_pos
-        prev_pos = np.r_[False, is_pos[:-1]]
-        # A read right after a position step belongs to the run the step started.
-        new_run = new_proc | is_pos | ((iso_change | fin_change) & ~prev_pos)
-        s["run"] = np.cumsum(new_run)
-        starts = np.flatnonzero(new_run)
-        lengths = np.diff(np.r_[starts, n])
-        is_seek = seek_col[order][starts]
-        s["start"] = np.repeat(np.where(is_seek, s["offset"].to_numpy()[starts], np.nan), lengths)
-        s["start_op"] = np.repeat(np.where(is_seek, s["op"].to_numpy()[starts], np.nan), lengths)
-        s["retracted"] = retr_col[order]
-        return s
+        small = codes.astype(np.int16) if len(codes) and codes.max() < 2 ** 15 else codes
+        r_order = np.argsort(small[:nr], kind="stable")
+        p_order = np.argsort(small[nr:], kind="stable")
+        rcode, pcode = codes[:nr][r_order], codes[nr:][p_order]
 
-    @cached_property
-    def read_rows(self) -> np.ndarray:
-        """Row numbers in `steps` of the reads of a known offset, in run order."""
-        # Reads of unknown offset (null: docs/history.md) say nothing of where a run went.
-        # Row numbers, not a filtered copy of every column of the steps.
-        st = self.steps
-        return np.flatnonzero(equals(st["kind"], READ) & ~np.isnan(st["offset"].to_numpy()))
+        def ints(frame, name):
+            return frame[name].to_numpy(dtype=np.int64, na_value=-1)
+        rkey, pkey = _keys((codes[:nr], ints(r, "invoke_index"), ints(r, "rec")),
+                           (codes[nr:], ints(p, "invoke_index"), ints(p, "rec")))
+        rkey, pkey = rkey[r_order], pkey[p_order]
+        # ins[j]: how many reads come before position j (in p_order).
+        ins = np.searchsorted(rkey, pkey, side="right")
+        i = np.arange(nr)
+        pos_before = np.zeros(nr + 1, dtype=bool)
+        pos_before[ins] = True
+        pos_before = pos_before[:nr]
+        # The last position of each gap: the step before the read after it.
+        gap_pos = np.full(nr, -1)
+        ends = np.r_[ins[1:] != ins[:-1], True] & (ins < nr)
+        gap_pos[ins[ends]] = np.flatnonzero(ends)
+        rcode, pcode = codes[:nr][r_order], codes[nr:][p_order]
+        prev_code = np.r_[-2, rcode[:-1]]
+        prev_code[pos_before] = pcode[gap_pos[pos_before]]
+        iso = r["isolation"].to_numpy(dtype=object)[r_order]
+        fin = r["final"].fillna(False).to_numpy(dtype=bool)[r_order]
+        # A run starts at every position step, at a change of process, and at a change
+        # of isolation or of the final flag between two reads.
+        new_run = (rcode != prev_code) | (~pos_before & (
+            np.r_[True, iso[1:] != iso[:-1]] | np.r_[True, fin[1:] != fin[:-1]]))
+        run = np.cumsum(new_run) + np.searchsorted(ins, i, side="right")
+        # A read's run began at a position when a gap with positions comes after its
+        # run's first read: then at the last position of that gap, if it was a seek.
+        last_new = np.maximum.accumulate(np.where(new_run, i, -1))
+        last_gap = np.maximum.accumulate(np.where(pos_before, i, -1))
+        seek = equals(p["type"], "seek")[p_order]
+        gap_start = np.full(nr + 1, np.nan)  # the last one: no position
+        gap_start_op = np.full(nr + 1, np.nan)
+        head = gap_pos[pos_before]
+        gap_start[:nr][pos_before] = np.where(
+            seek[head], p["offset"].to_numpy(dtype=float, na_value=np.nan)[p_order][head], np.nan)
+        gap_start_op[:nr][pos_before] = np.where(
+            seek[head], p["op"].to_numpy(dtype=float, na_value=np.nan)[p_order][head], np.nan)
+        gap = np.where(last_gap > last_new, last_gap, nr)
+        # Reads of unknown offset (null: docs/history.md) say nothing of where a run
+        # went; they count above only for where runs begin.
+        offset = r["offset"].to_numpy(dtype=np.int64, na_value=-1)
+        known = ~r["offset"].isna().to_numpy(dtype=bool)[r_order]
+        keep = slice(None) if known.all() else known
+        at = r_order[keep]
+        # Missing outcomes (most reads) compare slowly and are never ABORTED.
+        outcome = r["txn_outcome"].to_numpy(dtype=object)
+        given = np.flatnonzero(~pd.isna(outcome))
+        retracted = np.zeros(nr, dtype=bool)
+        retracted[given] = outcome[given] == ABORTED
+        gap = gap[keep]
+        return {"run": run[keep], "offset": offset[at],
+                "op": r["op"].to_numpy(dtype=float, na_value=np.nan)[at],
+                "rec": r["rec"].to_numpy(dtype=float, na_value=np.nan)[at],
+                "isolation": iso[keep], "retracted": retracted[at],
+                "start": gap_start[gap], "start_op": gap_start_op[gap]}, at
+
+    @property
+    def runs(self) -> dict[str, np.ndarray]:
+        """The reads of a known offset, each process's in its order (the order of its
+        ops, and within a poll of its records), as equal-length arrays: run (its run's
+        number), offset, op, rec, isolation, retracted (its transaction aborted), start
+        (its run's seek position, or NaN) and start_op (that seek's op)."""
+        return self._runs[0]
+
+    def run_read(self, i: int) -> dict:
+        """Read i of `runs`, every column of the read and its run's start_op."""
+        return {**self.reads.iloc[int(self._runs[1][i])].to_dict(),
+                "start_op": self.runs["start_op"][i]}
 
     @cached_property
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
-        st = self.steps
-        offs = st["offset"].to_numpy(dtype=float)
-        rows = self.read_rows
-        if not len(rows):
+        runs, at = self._runs
+        if not len(at):
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64)})
-        # Reads are in run order, so each run is a contiguous slice.
-        run = st["run"].to_numpy()[rows]
+        # Each run is a contiguous slice of the reads.
+        run, offs = runs["run"], runs["offset"]
         first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
-        offs = offs[rows]
         lo = np.minimum.reduceat(offs, first)
         hi = np.maximum.reduceat(offs, first)
-        at = rows[first]
-        start = st["start"].to_numpy(dtype=float)[at]
+        heads = self.reads.take(at[first])
         return pd.DataFrame({
-            "process": st["process"].to_numpy(dtype=object)[at],
-            "isolation": st["isolation"].to_numpy(dtype=object)[at],
-            "final": st["final"].to_numpy(dtype=bool)[at], "run": run[first],
-            "s": np.fmin(lo, start).astype(np.int64), "e": hi.astype(np.int64)})
+            "process": heads["process"].to_numpy(dtype=object),
+            "isolation": runs["isolation"][first],
+            "final": heads["final"].fillna(False).to_numpy(dtype=bool), "run": run[first],
+            "s": np.fmin(lo, runs["start"][first]).astype(np.int64), "e": hi})
 
     # ------------------------------------------------------------------ write offsets
 
@@ -372,13 +395,16 @@ class PartitionLog:
 
     @cached_property
     def _scan_ops(self) -> pd.Series:
-        """Per run, the op of its read of the highest offset."""
-        st = self.steps
-        r = st[((st["kind"] == READ) & st["offset"].notna()).to_numpy(dtype=bool)]
-        if r.empty:
+        """Per run, the op of its read of the highest offset (the first such read)."""
+        runs = self.runs
+        run, offs = runs["run"], runs["offset"]
+        if not len(run):
             return pd.Series(dtype=float)
-        top = r.groupby("run", sort=False)["offset"].idxmax()
-        return pd.Series(r.loc[top.to_numpy(), "op"].to_numpy(), index=top.index)
+        first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+        top = offs == np.repeat(np.maximum.reduceat(offs, first), np.diff(np.r_[first, len(run)]))
+        hits = np.flatnonzero(top)
+        hits = hits[np.r_[True, run[hits][1:] != run[hits][:-1]]]
+        return pd.Series(runs["op"][hits], index=run[hits])
 
     def scan_op(self, scan) -> int | None:
         """The poll at the far end of a scan (its read of the highest offset)."""
