@@ -400,7 +400,9 @@ _DEFINITIONS = [
           _on_node("stop"), "until", _NODE_DOWN, _node_step("stop"), _undo_on_node("start"),
           mixed=False),
     Fault("wipe", "SIGKILL the node, delete its data and format it afresh; it stays down "
-          "(start brings it back empty)", "node", {"node": NODE}, _on_node("wipe"), "until",
+          "(start brings it back empty, once no running peer still follows it as the KRaft "
+          "leader: Kafka stops a voter that hears it led an epoch its empty disk forgot)",
+          "node", {"node": NODE}, _on_node("wipe"), "until",
           _NODE_DOWN, _node_step("wipe"), _undo_on_node("start"), mixed=False),
     # Undos.
     Fault("heal", "enable every link and remove every toxic; with `all`, also resume and "

@@ -366,13 +366,18 @@ class Cluster(Metadata):
         self.down_nodes.discard(node)
         self.save_state()
 
-    def quorum_leader(self, node: int) -> int | None:
-        """The KRaft leader this node's quorum state names (None: no state on its disk)."""
+    def quorum_state(self, node: int) -> dict | None:
+        """The node's KRaft quorum state (None: none on its disk yet)."""
         path = self.node_dir(node) / "data" / "__cluster_metadata-0" / "quorum-state"
         try:
-            return int(json.loads(path.read_text())["leaderId"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
             return None
+
+    def quorum_leader(self, node: int) -> int | None:
+        """The KRaft leader this node's quorum state names (None: none known to it)."""
+        leader = (self.quorum_state(node) or {}).get("leaderId")
+        return leader if isinstance(leader, int) and leader >= 0 else None
 
     def _until_no_peer_follows(self, node: int, timeout: float = 30.0) -> None:
         # A voter on a wiped disk remembers no epoch. If a peer still follows it as the
@@ -381,7 +386,7 @@ class Cluster(Metadata):
         # supports). The peers elect another leader within the fetch timeout, so the
         # node starts once they have, as a replaced disk would; if they cannot within
         # the timeout, it starts anyway and the crash, if any, is Kafka's to report.
-        if self.quorum_leader(node) is not None:
+        if self.quorum_state(node) is not None:
             return
         _until(lambda: not any(
             self.quorum_leader(peer) == node for peer in self.nodes
