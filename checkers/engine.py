@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import anomaly, forked, memory
@@ -254,6 +255,19 @@ def _apart(out: pd.DataFrame) -> Rows:
     return out[is_anomaly], out[~is_anomaly]
 
 
+def _apart_table(table: pa.Table) -> Rows:
+    """_apart of OUT_SCHEMA rows that come as Arrow. Arrow's pandas of them is conformed
+    already but for the witness lists (numpy arrays of dicts), which only anomalies
+    hold: conforming the facts too cost seconds at millions of rows, for nothing."""
+    is_anomaly = pc.fill_null(pc.equal(table["row"], ANOMALY), False)
+
+    def frame(rows: pa.Table) -> pd.DataFrame:
+        if not rows.num_rows:
+            return conform(pd.DataFrame({"row": []}))
+        return rows.to_pandas(types_mapper=_ARROW_TYPES)
+    return conform(frame(table.filter(is_anomaly))), frame(table.filter(pc.invert(is_anomaly)))
+
+
 def bucket_rows(families) -> Callable[[pa.Table], Rows]:
     """The families' per-partition rows of one bucket's steps, apart (where they are
     made: a worker's rows are split before they travel, not all together after)."""
@@ -290,8 +304,7 @@ def collect(tables, families, local: bool = False,
     if rows is None and local:
         rows = local_pass(tables.dir, families)
     if rows is None:
-        out = partition_pass(tables, families).toArrow().to_pandas(types_mapper=_ARROW_TYPES)
-        rows = [_apart(conform(out) if len(out) else conform(pd.DataFrame({"row": []})))]
+        rows = [_apart_table(partition_pass(tables, families).toArrow())]
     fact_rows = _gathered([facts for _, facts in rows])
 
     def finished(fam) -> pd.DataFrame | None:
