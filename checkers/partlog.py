@@ -228,7 +228,6 @@ class PartitionLog:
         small = codes.astype(np.int16) if len(codes) and codes.max() < 2 ** 15 else codes
         r_order = np.argsort(small[:nr], kind="stable")
         p_order = np.argsort(small[nr:], kind="stable")
-        rcode, pcode = codes[:nr][r_order], codes[nr:][p_order]
 
         def ints(frame, name):
             return frame[name].to_numpy(dtype=np.int64, na_value=-1)
@@ -246,7 +245,7 @@ class PartitionLog:
         ends = np.r_[ins[1:] != ins[:-1], True] & (ins < nr)
         gap_pos[ins[ends]] = np.flatnonzero(ends)
         rcode, pcode = codes[:nr][r_order], codes[nr:][p_order]
-        prev_code = np.r_[-2, rcode[:-1]]
+        prev_code = np.r_[-2, rcode][:nr]
         prev_code[pos_before] = pcode[gap_pos[pos_before]]
         iso = r["isolation"].to_numpy(dtype=object)[r_order]
         fin = r["final"].fillna(False).to_numpy(dtype=bool)[r_order]
