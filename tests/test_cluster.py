@@ -295,3 +295,18 @@ def test_wiped_node_comes_back_empty_and_catches_up(cluster):
     rejoined = _until(lambda: (p := _partition(cluster.admin(), topic)) and len(p.isrs) == cluster.n,
                       timeout=120)
     assert rejoined, "the wiped node never rejoined the ISR"
+
+
+def test_a_wiped_leader_comes_back_when_every_node_was_down(cluster):
+    # Its peers start first and elect another leader: started before them, the wiped
+    # node would hear from them that it led the epoch its disk forgot.
+    assert _until(lambda: cluster.quorum_leader(cluster.topology.nodes[0]) is not None,
+                  timeout=60)
+    victim = cluster.quorum_leader(cluster.topology.nodes[0])
+    for node in cluster.topology.nodes:
+        if node != victim:
+            cluster.kill(node)
+    cluster.wipe(victim)
+    cluster.heal_all()  # raises if a node exits while it starts
+    # The wiped node joined the quorum afresh: it knows a leader again.
+    assert _until(lambda: cluster.quorum_leader(victim) is not None, timeout=60)

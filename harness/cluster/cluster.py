@@ -459,6 +459,9 @@ class Cluster(Metadata):
         self.heal()
         for node in self.topology.nodes:
             self.resume(node)
+        # Wiped nodes last: each starts once its peers follow another leader (start),
+        # which they can elect only when they run.
+        for node in sorted(self.topology.nodes, key=lambda n: self.quorum_state(n) is None):
             self.start(node)
         self.wait_ready(timeout)
 
