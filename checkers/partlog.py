@@ -81,46 +81,27 @@ def equals(col: pd.Series, *values: str) -> np.ndarray:
         return col.isin(values).fillna(False).to_numpy(dtype=bool)
 
 
-def _fold(ints: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarray:
-    """One int64 per row that orders the rows as the keys do (last key primary), for
-    keys within [low, low + span) whose spans' product is below 2**62."""
-    key = np.zeros(len(ints[0]), dtype=np.int64)
-    for k, lo, span in zip(ints[::-1], lows[::-1], spans[::-1]):
-        key *= span
-        key += k - lo
-    return key
-
-
-def _fits(spans: list[int]) -> bool:
-    return np.prod(spans, dtype=object) < 2 ** 62
-
-
-def sort_order(*keys: np.ndarray) -> np.ndarray:
-    """np.lexsort(keys) (last key primary), for integer-valued keys."""
-    ints = [k.astype(np.int64) for k in keys]
-    if len(ints[0]):
-        lows = [int(k.min()) for k in ints]
-        spans = [int(k.max()) - lo + 1 for k, lo in zip(ints, lows)]
-        if _fits(spans):
-            # One stable argsort of a combined key is several times faster than
-            # lexsort's pass per key, and gives the same order.
-            return np.argsort(_fold(ints, lows, spans), kind="stable")
-    return np.lexsort(ints)
-
-
 def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
-    """For each set of int64 columns (first column primary), one int64 per row that
-    orders the rows of every set as their columns do."""
-    cols = list(zip(*sets))[::-1]  # _fold's order: last key primary
+    """For each set of integer-valued columns (first column primary), one int64 per row
+    that orders the rows of every set as their columns do."""
+    cols = [[k.astype(np.int64, copy=False) for k in col] for col in zip(*sets)]
     if not any(len(k) for k in cols[0]):
         return [np.zeros(0, dtype=np.int64) for _ in sets]
     lows = [min(int(k.min()) for k in col if len(k)) for col in cols]
     spans = [max(int(k.max()) for k in col if len(k)) - lo + 1 for col, lo in zip(cols, lows)]
-    if _fits(spans):
-        return [_fold(list(keys[::-1]), lows, spans) for keys in sets]
-    # Each row's rank among the distinct rows instead.
+    if np.prod(spans, dtype=object) < 2 ** 62:
+        # The columns folded into one integer, the first one most significant.
+        out = []
+        for j in range(len(sets)):
+            key = np.zeros(len(cols[0][j]), dtype=np.int64)
+            for col, lo, span in zip(cols, lows, spans):
+                key *= span
+                key += col[j] - lo
+            out.append(key)
+        return out
+    # Else each row's rank among the distinct rows.
     sizes = np.cumsum([len(keys[0]) for keys in sets])[:-1]
-    ints = [np.concatenate(col) for col in cols]
+    ints = [np.concatenate(col) for col in cols[::-1]]  # lexsort's order: last primary
     order = np.lexsort(ints)
     differs = np.zeros(len(order), dtype=bool)
     for k in ints:
@@ -129,6 +110,13 @@ def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
     key = np.empty(len(order), dtype=np.int64)
     key[order] = np.cumsum(differs)
     return np.split(key, sizes)
+
+
+def sort_order(*keys: np.ndarray) -> np.ndarray:
+    """np.lexsort(keys) (last key primary), for integer-valued keys."""
+    # One stable argsort of a combined key is several times faster than lexsort's pass
+    # per key, and gives the same order.
+    return np.argsort(_keys(keys[::-1])[0], kind="stable")
 
 
 class PartitionLog:
@@ -299,6 +287,12 @@ class PartitionLog:
                 "start_op": self.runs["start_op"][i]}
 
     @cached_property
+    def _run_heads(self) -> np.ndarray:
+        """Where each run starts among `runs`: each run is a contiguous slice of them."""
+        run = self.runs["run"]
+        return np.flatnonzero(np.r_[True, run[1:] != run[:-1]]) if len(run) else np.zeros(0, int)
+
+    @cached_property
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over."""
         runs, at = self._runs
@@ -306,9 +300,7 @@ class PartitionLog:
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64)})
-        # Each run is a contiguous slice of the reads.
-        run, offs = runs["run"], runs["offset"]
-        first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+        run, offs, first = runs["run"], runs["offset"], self._run_heads
         lo = np.minimum.reduceat(offs, first)
         hi = np.maximum.reduceat(offs, first)
         heads = self.reads.take(at[first])
@@ -396,10 +388,9 @@ class PartitionLog:
     def _scan_ops(self) -> pd.Series:
         """Per run, the op of its read of the highest offset (the first such read)."""
         runs = self.runs
-        run, offs = runs["run"], runs["offset"]
+        run, offs, first = runs["run"], runs["offset"], self._run_heads
         if not len(run):
             return pd.Series(dtype=float)
-        first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
         top = offs == np.repeat(np.maximum.reduceat(offs, first), np.diff(np.r_[first, len(run)]))
         hits = np.flatnonzero(top)
         hits = hits[np.r_[True, run[hits][1:] != run[hits][:-1]]]
