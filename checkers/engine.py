@@ -225,11 +225,41 @@ def partition_pass(tables, families):
                 for path in files[t::tasks]:
                     out = _bucket_with(path, families)
                     if len(out):
-                        yield from pa.Table.from_pandas(out, schema=OUT_SCHEMA,
-                                                        preserve_index=False).to_batches()
+                        yield from _packed(pa.Table.from_pandas(out, schema=OUT_SCHEMA,
+                                                                preserve_index=False))
     from .spark import struct_type
     # One id per task, in a partition of its own.
-    return tables.spark.range(0, tasks, 1, tasks).mapInArrow(task, struct_type(OUT_SCHEMA))
+    return tables.spark.range(0, tasks, 1, tasks).mapInArrow(task, struct_type(PACKED))
+
+
+# The pass's rows cross the JVM as Arrow IPC streams, one binary value per slice of
+# rows, not as rows: Spark would turn every row into its own row format and back
+# (about a million fact rows of 35 columns per million events, each column of each
+# row), and the driver would then collect them under spark.driver.maxResultSize.
+# Compressed, because most of a fact row's columns are null: at 10M events the 0.9 GB
+# of rows were close to that limit's default (1 GB).
+PACKED = pa.schema([pa.field("rows", pa.binary())])
+_SLICE = 1 << 20  # rows per value: a binary value must stay under 2 GB
+_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def _packed(table: pa.Table):
+    """Record batches of PACKED holding `table`."""
+    for start in range(0, table.num_rows, _SLICE):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=_IPC) as writer:
+            writer.write_table(table.slice(start, _SLICE))
+        data = sink.getvalue()
+        offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int32).tobytes())
+        yield pa.record_batch([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])],
+                              schema=PACKED)
+
+
+def unpacked(packed: pa.Table) -> pa.Table:
+    """The rows (OUT_SCHEMA) that `_packed` values hold."""
+    tables = [pa.ipc.open_stream(value.as_buffer()).read_all()
+              for chunk in packed.column("rows").chunks for value in chunk]
+    return pa.concat_tables(tables) if tables else OUT_SCHEMA.empty_table()
 
 
 def _bucket_files(directory) -> list[Path]:
@@ -243,7 +273,7 @@ def _bucket_with(path, families) -> pd.DataFrame:
 
 
 def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
-    return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES), families)
+    return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True), families)
 
 
 # A pass's rows, apart: (anomalies, facts), both conformed OUT_SCHEMA frames.
@@ -264,7 +294,7 @@ def _apart_table(table: pa.Table) -> Rows:
     def frame(rows: pa.Table) -> pd.DataFrame:
         if not rows.num_rows:
             return conform(pd.DataFrame({"row": []}))
-        return rows.to_pandas(types_mapper=_ARROW_TYPES)
+        return rows.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True)
     return conform(frame(table.filter(is_anomaly))), frame(table.filter(pc.invert(is_anomaly)))
 
 
@@ -304,7 +334,7 @@ def collect(tables, families, local: bool = False,
     if rows is None and local:
         rows = local_pass(tables.dir, families)
     if rows is None:
-        rows = [_apart_table(partition_pass(tables, families).toArrow())]
+        rows = [_apart_table(unpacked(partition_pass(tables, families).toArrow()))]
     fact_rows = _gathered([facts for _, facts in rows])
 
     def finished(fam) -> pd.DataFrame | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+from scipy import sparse
+from scipy.sparse import csgraph
 
 
 def csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], list[int], list[int]]:
@@ -21,56 +23,15 @@ def csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], list[int],
 
 
 def strongly_connected(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Component id of each node (Tarjan's algorithm with an explicit stack)."""
-    indptr, targets, _ = csr(n, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
-    index = [-1] * n
-    low = [0] * n
-    on_stack = [False] * n
-    comp = [-1] * n
-    stack: list[int] = []
-    counter = 0
-    ncomp = 0
-    for root in range(n):
-        if index[root] != -1:
-            continue
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        work = [(root, indptr[root])]
-        while work:
-            v, i = work[-1]
-            end = indptr[v + 1]
-            while i < end:
-                w = targets[i]
-                i += 1
-                if index[w] == -1:
-                    break
-                if on_stack[w] and index[w] < low[v]:
-                    low[v] = index[w]
-            else:
-                # All successors of v done: pop it, maybe closing a component.
-                work.pop()
-                if work:
-                    u = work[-1][0]
-                    if low[v] < low[u]:
-                        low[u] = low[v]
-                if low[v] == index[v]:
-                    while True:
-                        x = stack.pop()
-                        on_stack[x] = False
-                        comp[x] = ncomp
-                        if x == v:
-                            break
-                    ncomp += 1
-                continue
-            work[-1] = (v, i)
-            index[w] = low[w] = counter
-            counter += 1
-            stack.append(w)
-            on_stack[w] = True
-            work.append((w, indptr[w]))
-    return np.asarray(comp, dtype=np.int64)
+    """Component id of each node: two nodes share one exactly when each reaches the
+    other. scipy's iterative search (no recursion, no Python loop per edge): the
+    Python Tarjan it replaced took 1.1 s of the cycle check's 3.9 s at 10M events."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    # Float weights: repeated edges add up, and never to zero.
+    adj = sparse.csr_array((np.ones(len(src)), (src, dst)), shape=(n, n))
+    _, comp = csgraph.connected_components(adj, directed=True, connection="strong")
+    return comp.astype(np.int64)
 
 
 def nontrivial(comp: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     LongType,
     StringType,
@@ -86,8 +87,8 @@ def _quiet_log_config() -> str:
 
 
 def struct_type(schema: pa.Schema) -> StructType:
-    """The Spark schema of an Arrow schema of int64, string and bool columns, and lists
-    of structs of them (all nullable)."""
+    """The Spark schema of an Arrow schema of int64, string, bool and binary columns,
+    and lists of structs of them (all nullable)."""
     return StructType([StructField(f.name, _spark_type(f.type)) for f in schema])
 
 
@@ -97,7 +98,8 @@ def _spark_type(t: pa.DataType):
     if pa.types.is_struct(t):
         return StructType([StructField(t.field(i).name, _spark_type(t.field(i).type))
                            for i in range(t.num_fields)])
-    return {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType()}[t]
+    return {pa.int64(): LongType(), pa.string(): StringType(), pa.bool_(): BooleanType(),
+            pa.binary(): BinaryType()}[t]
 
 
 def _python() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -147,6 +148,26 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     # Witnesses too: Spark hands them back through Arrow as the same {op, role} lists.
     assert all(isinstance(w, list) and w for w in on_spark["witnesses"])
     assert _rows(on_spark) == _rows(here)
+
+
+def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tmp_path,
+                                                                  monkeypatch):
+    """The pass's rows travel as Arrow IPC values, a slice of rows each: slices of 2
+    rows give every row back, in order; and through Spark's workers (their own import
+    of the engine, with slices of the default size), the anomalies of a local check."""
+    tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
+    rows = max((engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)),
+               key=len)
+    table = pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA, preserve_index=False)
+    assert table.num_rows > 2
+    monkeypatch.setattr(engine, "_SLICE", 2)
+    packed = pa.Table.from_batches(list(engine._packed(table)), schema=engine.PACKED)
+    assert packed.num_rows == -(-table.num_rows // 2)
+    assert engine.unpacked(packed).equals(table)
+    assert engine.unpacked(engine.PACKED.empty_table()).equals(engine.OUT_SCHEMA.empty_table())
+    on_spark = engine.collect(tables, FAMILIES, local=False)
+    assert set(on_spark["type"]) == set(TYPES)
+    assert _rows(on_spark) == _rows(engine.collect(tables, FAMILIES, local=True))
 
 
 def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_path, monkeypatch):
