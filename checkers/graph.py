@@ -24,8 +24,9 @@ def csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], list[int],
 
 def strongly_connected(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Component id of each node: two nodes share one exactly when each reaches the
-    other. scipy's iterative search (no recursion, no Python loop per edge): the
-    Python Tarjan it replaced took 1.1 s of the cycle check's 3.9 s at 10M events."""
+    other. scipy's iterative search (no recursion, no Python loop per edge): on a
+    random graph of a million nodes and three million edges 0.4 s, where a Tarjan
+    in Python took 3.7 s."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     # Float weights: repeated edges add up, and never to zero.

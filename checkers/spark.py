@@ -50,7 +50,8 @@ def session(master: str | None = None) -> SparkSession:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
         # Every task's rows, anomalies and facts, reach the driver through the JVM
-        # (checkers/engine.py): about 90 MB of Arrow for the bench's 1M-event history.
+        # (checkers/engine.py): about 24 MB of compressed Arrow for the bench's
+        # 1M-event history.
         # A cap, not a reservation.
         .config("spark.driver.memory", os.environ.get("ONCEPROOF_SPARK_MEMORY", "3g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
