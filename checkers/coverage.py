@@ -87,7 +87,8 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
         fcover[i], fcover_op[i] = _scan_text(scan), pl.scan_op(scan)
     out["cover"], out["fcover"] = cover, fcover
     out["cover_op"], out["fcover_op"] = cover_op, fcover_op
-    return pd.DataFrame(out)
+    # Not copied: the frame is only read (writes' columns among it are shared with pl).
+    return pd.DataFrame(out, copy=False)
 
 
 def matches(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -156,11 +156,18 @@ def edges(facts: pd.DataFrame) -> pd.DataFrame:
     # Each column's edge rows taken alone: filtering the whole facts frame first copied
     # its other columns too (millions of rows at 10M events).
     at = equals(facts["row"], EDGE_FACT)
-    return pd.DataFrame({name: facts[col].array[at] for name, col in (
+
+    def picked(col: str):
+        c = facts[col]
+        return c.to_numpy()[at] if c.dtype == object else c.array[at]
+    # Fresh arrays, not copied again: pandas' copy of the object columns into one block
+    # took 0.8 of this function's 1.1 s for 1.5M edges (10M events).
+    return pd.DataFrame({name: picked(col) for name, col in (
         ("src", "txn"), ("dst", "txn2"), ("kind", "kind"), ("process", "process"),
         ("topic", "topic"), ("partition", "partition"), ("src_op", "op"),
         ("src_inv", "a1"), ("src_cmp", "a2"), ("dst_op", "a3"), ("dst_inv", "a4"),
-        ("dst_cmp", "a5"), ("src_off", "offset"), ("dst_off", "a6"), ("value", "value"))})
+        ("dst_cmp", "a5"), ("src_off", "offset"), ("dst_off", "a6"), ("value", "value"))},
+        copy=False)
 
 
 # ------------------------------------------------------------------- on the driver

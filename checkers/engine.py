@@ -65,7 +65,9 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
             out[f.name] = pd.Series([_plain_at(v) for v in col], dtype=object).to_numpy()
         else:
             out[f.name] = col.astype(object).where(col.notna(), None).to_numpy()
-    return pd.DataFrame(out)
+    # Not copied again: these arrays are the frame's own or df's, and pandas' copy of
+    # object columns into one block cost more than the rest of conform.
+    return pd.DataFrame(out, copy=False)
 
 
 def ints(col: pd.Series) -> pd.arrays.IntegerArray:
