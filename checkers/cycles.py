@@ -60,6 +60,7 @@ from .tables import COMMITTED, READ_COMMITTED
 TYPES = anomaly.of_family("cycles")
 WW, WR, RW = "ww", "wr", "rw"
 EDGE_FACT = "edge"
+FACTS = (EDGE_FACT,)  # the fact rows finish reads (checkers/engine.py)
 # An edge fact: txn -> txn2 of `kind`, witnessed by the source op (op, a1 = invoke
 # index, a2 = complete index, offset = source offset) and the target op (a3, a4, a5,
 # a6 = target offset); value = the value read, for wr.

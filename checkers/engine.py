@@ -17,7 +17,8 @@ its first op); a row names those in `witness_at`, as {index, role}, and the driv
 turns each into the op of that event (from the ops table) among its witnesses.
 
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
-optionally `finish(facts) -> pandas frame`; its frames use OUT_SCHEMA, built with
+optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
+(the names of the fact rows it reads); its frames use OUT_SCHEMA, built with
 `anomalies(...)` and `facts(...)` below. A family that judges whole ops, which belong to
 no partition (checkers/liveness.py), has instead `OPS_COLUMNS` and `from_ops(ops) ->
 pandas frame`, run on the driver over those columns of the ops table.
@@ -279,7 +280,8 @@ def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
 
 
 # A pass's rows, apart: (anomalies, facts), both conformed OUT_SCHEMA frames.
-Rows = tuple[pd.DataFrame, pd.DataFrame]
+# Facts stay as they came (pandas from local workers, Arrow from Spark): see Facts.
+Rows = tuple[pd.DataFrame, "pd.DataFrame | pa.Table"]
 
 
 def _apart(out: pd.DataFrame) -> Rows:
@@ -288,16 +290,47 @@ def _apart(out: pd.DataFrame) -> Rows:
 
 
 def _apart_table(table: pa.Table) -> Rows:
-    """_apart of OUT_SCHEMA rows that come as Arrow. Arrow's pandas of them is conformed
-    already but for the witness lists (numpy arrays of dicts), which only anomalies
-    hold: conforming the facts too cost seconds at millions of rows, for nothing."""
+    """_apart of OUT_SCHEMA rows that come as Arrow: the anomalies as conformed pandas;
+    for the facts, the whole table as it is (Facts picks each finisher's rows by name,
+    which no anomaly has: a copy of the facts alone cost a first check at 1M events
+    0.15 s, most of it the system mapping new memory)."""
     is_anomaly = pc.fill_null(pc.equal(table["row"], ANOMALY), False)
+    return conform(_pandas(table.filter(is_anomaly))), table
 
-    def frame(rows: pa.Table) -> pd.DataFrame:
-        if not rows.num_rows:
-            return conform(pd.DataFrame({"row": []}))
-        return rows.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True)
-    return conform(frame(table.filter(is_anomaly))), frame(table.filter(pc.invert(is_anomaly)))
+
+def _pandas(rows: pa.Table) -> pd.DataFrame:
+    """Pandas of OUT_SCHEMA rows in Arrow. It is conformed already but for the witness
+    lists (numpy arrays of dicts), which only anomalies hold: conforming facts too cost
+    seconds at millions of rows, for nothing."""
+    if not rows.num_rows:
+        return conform(pd.DataFrame({"row": []}))
+    return rows.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True)
+
+
+class Facts:
+    """The pass's fact rows, each finisher's converted or picked only when it asks
+    for them, in its own process (forked.each): at 10M events there are 5M fact rows
+    of 35 columns, and pandas of all of them, then each finisher's filter of that,
+    cost more than the finishers' own work."""
+
+    def __init__(self, parts: list) -> None:
+        self._parts = [p for p in parts if len(p)]
+
+    def __len__(self) -> int:
+        """How many rows, at most (an Arrow part may hold the anomalies too)."""
+        return sum(len(p) for p in self._parts)
+
+    def of(self, names: tuple[str, ...]) -> pd.DataFrame:
+        """The fact rows named one of `names` (OUT_SCHEMA, conformed but for witness
+        lists, which facts do not hold)."""
+        frames = []
+        for part in self._parts:
+            if isinstance(part, pa.Table):
+                frames.append(_pandas(part.filter(pc.is_in(part["row"],
+                                                           pa.array(names, pa.string())))))
+            else:
+                frames.append(part[part["row"].isin(names).to_numpy(dtype=bool)])
+        return _gathered(frames)
 
 
 def bucket_rows(families) -> Callable[[pa.Table], Rows]:
@@ -324,8 +357,12 @@ def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
         return conform(pd.DataFrame({"row": []}))
-    return frames[0].reset_index(drop=True) if len(frames) == 1 else \
-        pd.concat(frames, ignore_index=True)
+    if len(frames) > 1:
+        return pd.concat(frames, ignore_index=True)
+    # One frame, usually numbered 0.. already (Arrow's): reset_index would copy every
+    # column, and join the blocks that to_pandas kept apart.
+    one = frames[0]
+    return one if one.index.equals(pd.RangeIndex(len(one))) else one.reset_index(drop=True)
 
 
 def collect(tables, families, local: bool = False,
@@ -337,14 +374,14 @@ def collect(tables, families, local: bool = False,
         rows = local_pass(tables.dir, families)
     if rows is None:
         rows = [_apart_table(unpacked(partition_pass(tables, families).toArrow()))]
-    fact_rows = _gathered([facts for _, facts in rows])
+    fact_rows = Facts([facts for _, facts in rows])
 
     def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
             ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
             done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
         else:
-            done = fam.finish(fact_rows)
+            done = fam.finish(fact_rows.of(fam.FACTS))
         return conform(done) if len(done) else None
 
     # The families' cross-partition work is independent: one process per core too.

@@ -13,6 +13,7 @@ from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("isolation")
 TORN_FACT = "torn"
+FACTS = (TORN_FACT,)  # the fact rows finish reads (checkers/engine.py)
 
 
 def _read_record(type, r, detail) -> dict:

@@ -22,6 +22,7 @@ from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("pipeline")
 OUTPUT, INPUT = "output", "input"
+FACTS = (OUTPUT, INPUT)  # the fact rows finish reads (checkers/engine.py)
 
 
 def _outputs(pl: PartitionLog) -> pd.DataFrame:
