@@ -420,7 +420,11 @@ class _Graph:
         if not len(rows):
             return none
         e = self.e.iloc[rows]
-        part = pd.MultiIndex.from_arrays([e["topic"], e["partition"]]).factorize()[0]
+        # (topic, partition) numbered in order of first appearance, as one integer key:
+        # pandas' factorize of the pairs as a MultiIndex took 70% of this function.
+        topic = pd.factorize(e["topic"].to_numpy(dtype=object))[0].astype(np.int64)
+        p = e["partition"].to_numpy(dtype=np.int64, na_value=-1) + 1
+        part = pd.factorize(topic * (int(p.max()) + 1) + p)[0]
         group = part.astype(np.int64) * (len(comp) + 1) + comp[self.w_src[rows]]
         si, _, _, dc = (a[rows] for a in self.win)
         so = pd.to_numeric(e["src_off"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
