@@ -279,8 +279,9 @@ def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
     return run_all(steps.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True), families)
 
 
-# A pass's rows, apart: (anomalies, facts), both conformed OUT_SCHEMA frames.
-# Facts stay as they came (pandas from local workers, Arrow from Spark): see Facts.
+# A pass's rows, apart: (anomalies, facts) of OUT_SCHEMA, the anomalies a conformed
+# frame; the facts stay as they came (pandas from local workers, Arrow from Spark):
+# see Facts.
 Rows = tuple[pd.DataFrame, "pd.DataFrame | pa.Table"]
 
 
