@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from . import anomaly, forked, memory
 from .arrow import null_ints
-from .partlog import PartitionLog
+from .partlog import PartitionLog, equals
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
@@ -330,7 +330,7 @@ class Facts:
                 frames.append(_pandas(part.filter(pc.is_in(part["row"],
                                                            pa.array(names, pa.string())))))
             else:
-                frames.append(part[part["row"].isin(names).to_numpy(dtype=bool)])
+                frames.append(part[equals(part["row"], *names)])
         return _gathered(frames)
 
 
