@@ -26,6 +26,7 @@ pandas frame`, run on the driver over those columns of the ops table.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ import pyarrow.parquet as pq
 from . import anomaly, forked, memory
 from .arrow import null_ints
 from .partlog import PartitionLog, equals
+from .tables import SCHEMAS
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
@@ -272,7 +274,35 @@ def _bucket_files(directory) -> list[Path]:
 
 
 def _bucket_with(path, families) -> pd.DataFrame:
-    return _rows_of(pq.read_table(path), families)
+    return run_all(read_steps(path), families)
+
+
+def read_steps(path) -> pd.DataFrame:
+    """A bucket file's steps in pandas, as _rows_of makes them (strings as Python str
+    objects, missing ones None; nullable integers and booleans).
+
+    The strings are read as the file's dictionaries and each column made by one numpy
+    take of its few distinct strings: reading them as plain strings, then making a
+    Python object of each (deduplicated by hashing), was half the pass's work."""
+    strings = [f.name for f in SCHEMAS["steps"] if f.type == pa.string()]
+    table = pq.read_table(path, read_dictionary=strings)
+    coded = [n for n, c in zip(table.column_names, table.columns)
+             if pa.types.is_dictionary(c.type)]
+    rest = table.drop_columns(coded).to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True)
+    cols = {n: (pd.Series(_decoded(table[n]), dtype=object, copy=False) if n in coded
+                else rest[n]) for n in table.column_names}
+    return pd.DataFrame(cols, copy=False)
+
+
+def _decoded(col: pa.ChunkedArray) -> np.ndarray:
+    """A dictionary column of strings as a numpy object array (None where missing)."""
+    parts = [np.empty(0, dtype=object)]
+    for chunk in col.chunks:
+        # The chunk's strings, then None (np.empty's object) for a missing value.
+        words = np.empty(len(chunk.dictionary) + 1, dtype=object)
+        words[:-1] = chunk.dictionary.to_numpy(zero_copy_only=False)
+        parts.append(words[chunk.indices.fill_null(len(words) - 1).to_numpy()])
+    return np.concatenate(parts) if len(parts) > 2 else parts[-1]
 
 
 def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
@@ -342,16 +372,29 @@ def bucket_rows(families) -> Callable[[pa.Table], Rows]:
     return rows
 
 
-def local_pass(directory, families) -> list[Rows]:
+def local_pass(directory, families, on_ops=()) -> tuple[list[Rows], list]:
     """The same pass without Spark, in this machine's processes (one per core,
     checkers/forked.py): on one machine, Spark would run the same pandas on the same
-    cores after starting a JVM."""
+    cores after starting a JVM. With it, the families `on_ops` (of from_ops), which
+    need no pass: their frames (or None), second."""
     # One bucket file at a time per process (each holds whole partitions,
     # checkers/spool.py), as Spark's tasks get them: memory is a bucket's steps, not
     # the whole table's.
     files = _bucket_files(directory)
-    return forked.each(lambda f: _apart(_bucket_with(f, families)), files,
+
+    def item(it):
+        return _apart(_bucket_with(it, families)) if isinstance(it, Path) else \
+            _from_ops(directory, it)
+    done = forked.each(item, [*on_ops, *files],
                        sum(pq.ParquetFile(f).metadata.num_rows for f in files))
+    return done[len(on_ops):], done[:len(on_ops)]
+
+
+def _from_ops(directory, fam) -> pd.DataFrame | None:
+    """The anomalies (conformed) of a family that judges whole ops, or None."""
+    ops = pq.read_table(Path(directory) / "ops.parquet", columns=fam.OPS_COLUMNS)
+    done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
+    return conform(done) if len(done) else None
 
 
 def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -371,23 +414,31 @@ def collect(tables, families, local: bool = False,
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
     local=True the per-partition pass runs in pandas here instead of on Spark, unless
     it ran already: `rows`, bucket_rows of every bucket (store.convert_each)."""
+    # The families that judge whole ops need no pass: they run beside it, not after
+    # it with the finishers (as more items of the local pass; on Spark, here, while
+    # the workers run the pass).
+    on_ops = [fam for fam in families if hasattr(fam, "from_ops")]
+    late = [] if rows is None else on_ops
+    early: list = []
     if rows is None and local:
-        rows = local_pass(tables.dir, families)
-    if rows is None:
-        rows = [_apart_table(unpacked(partition_pass(tables, families).toArrow()))]
+        rows, early = local_pass(tables.dir, families, on_ops)
+    elif rows is None:
+        with ThreadPoolExecutor(1) as pool:
+            passing = pool.submit(lambda: partition_pass(tables, families).toArrow())
+            early = [_from_ops(tables.dir, fam) for fam in on_ops]
+            rows = [_apart_table(unpacked(passing.result()))]
     fact_rows = Facts([facts for _, facts in rows])
 
     def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
-            ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
-            done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
-        else:
-            done = fam.finish(fact_rows.of(fam.FACTS))
+            return _from_ops(tables.dir, fam)
+        done = fam.finish(fact_rows.of(fam.FACTS))
         return conform(done) if len(done) else None
 
     # The families' cross-partition work is independent: one process per core too.
-    last = [fam for fam in families if hasattr(fam, "from_ops") or hasattr(fam, "finish")]
-    found = [a for a, _ in rows] + forked.each(finished, last, len(fact_rows))
+    last = [fam for fam in families if fam in late or
+            (hasattr(fam, "finish") and not hasattr(fam, "from_ops"))]
+    found = [a for a, _ in rows] + forked.each(finished, last, len(fact_rows)) + early
     result = _gathered([f for f in found if f is not None])
     result = _resolve(result, tables.dir)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)

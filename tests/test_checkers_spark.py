@@ -208,6 +208,29 @@ def test_steps_made_a_slice_at_a_time_are_the_same_steps(sink, tmp_path, monkeyp
         _rows(engine.collect(whole, FAMILIES, local=True))
 
 
+def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_path,
+                                                                      monkeypatch):
+    """The pass reads a bucket's strings as the file's dictionaries (engine.read_steps):
+    the same frame as Arrow's own conversion, every string a str or None, across row
+    groups that each have a dictionary of their own."""
+    monkeypatch.setattr(spool, "SOURCE_SLICE", 3)
+    tables = read_parquet(convert(sink, tmp_path / "tables"))
+    files = engine._bucket_files(tables.dir)
+    assert any(pq.ParquetFile(f).num_row_groups > 1 for f in files)
+    strings = [f.name for f in engine.SCHEMAS["steps"] if f.type == pa.string()]
+    for f in files:
+        ours = engine.read_steps(f)
+        arrows = pq.read_table(f).to_pandas(types_mapper=engine._ARROW_TYPES)
+        assert ours.equals(arrows) and list(ours.dtypes) == list(arrows.dtypes)
+        for name in strings:
+            assert {type(v) for v in ours[name]} <= {str, type(None)}, name
+        assert (ours[strings].isna() == arrows[strings].isna()).all().all()
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(engine.SCHEMAS["steps"].empty_table(), empty)
+    assert engine.read_steps(empty).columns.tolist() == engine.SCHEMAS["steps"].names
+    assert engine.read_steps(empty).empty
+
+
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
     """What the registry says of each type's rows (checkers/anomaly.py) is what the
     families emit, for every type."""
