@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog, equals, first_of_each
 
 TYPES = of_family("log_values")
 
@@ -115,7 +115,8 @@ def unattributed(pl: PartitionLog) -> list[dict]:
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     # Both checks look only at distinct (offset, value) pairs, each at its first
     # observation: found once for both.
-    obs = observations(pl).drop_duplicates(["offset", "value"])
+    obs = observations(pl)
+    obs = obs[first_of_each(obs["offset"].to_numpy(), obs["value"].to_numpy())]
     return [engine.anomalies(duplicates(pl, obs) + inconsistent(pl, obs) + unattributed(pl))]
 
 

@@ -112,6 +112,13 @@ def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
     return np.split(key, sizes)
 
 
+def first_of_each(*cols: np.ndarray) -> np.ndarray:
+    """Where a row is the first with its values of the integer-valued cols: the rows
+    drop_duplicates keeps."""
+    # One hash of a folded key: pandas hashes each column, then their combination.
+    return ~pd.Series(_keys(cols)[0]).duplicated().to_numpy()
+
+
 def sort_order(*keys: np.ndarray) -> np.ndarray:
     """np.lexsort(keys) (last key primary), for integer-valued keys."""
     # One stable argsort of a combined key is several times faster than lexsort's pass
@@ -171,7 +178,10 @@ class PartitionLog:
     def read_log(self) -> pd.DataFrame:
         """offset, value, vis: offsets reads always saw holding the same value."""
         r = self.reads[["offset", "value", "vis"]].dropna(subset=["offset"])
-        r = r.drop_duplicates(["offset", "value"])
+        missing = r["value"].isna().to_numpy()
+        r = r[first_of_each(r["offset"].to_numpy(dtype=np.int64),
+                            r["value"].to_numpy(dtype=np.int64, na_value=0),
+                            missing.astype(np.int64))]
         single = ~r["offset"].duplicated(keep=False)
         return r[single & r["value"].notna()].sort_values("offset").reset_index(drop=True)
 

@@ -1,11 +1,12 @@
-"""The ordering keys a partition's checks sort and merge its steps by."""
+"""The ordering keys a partition's checks sort, merge and deduplicate its steps by."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from onceproof.checkers.partlog import _keys, sort_order
+from onceproof.checkers.partlog import PartitionLog, _keys, first_of_each, sort_order
 
 SMALL = st.integers(-1, 50)
 # Spans whose product passes 2**62: the keys are then ranks, not folded values.
@@ -32,3 +33,24 @@ def test_keys_order_the_rows_of_both_sets_as_their_columns_do(a, b):
 def test_sort_order_is_lexsort(rows):
     cols = _columns(rows)
     assert (sort_order(*cols) == np.lexsort(cols)).all()
+
+
+@given(ROWS)
+@example([(0, 0, 0), (1, 2 ** 40, -1), (1, 2 ** 40, -1)])  # ranks
+def test_first_of_each_keeps_the_rows_drop_duplicates_keeps(rows):
+    cols = _columns(rows)
+    frame = pd.DataFrame(dict(enumerate(cols)))
+    assert (np.flatnonzero(first_of_each(*cols)) == frame.drop_duplicates().index).all()
+
+
+def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
+    """The read log keeps offsets always seen holding one value; a record read without
+    a value at an offset another read saw holding 0 (what a missing value is filled
+    with where the checks fold columns into keys) makes that offset ambiguous, in
+    either order."""
+    for values in ([0, None], [None, 0]):
+        pl = PartitionLog(pd.DataFrame({
+            "topic": ["t"] * 4, "partition": [0] * 4, "kind": ["r"] * 4, "rec": [0] * 4,
+            "invoke_index": [1, 2, 3, 4], "offset": [5, 5, 6, 6], "value": [*values, 7, 7],
+            "vis": [2] * 4}))
+        assert pl.read_log[["offset", "value"]].values.tolist() == [[6, 7]]
