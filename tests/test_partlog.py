@@ -40,7 +40,7 @@ def test_sort_order_is_lexsort(rows):
 def test_first_of_each_keeps_the_rows_drop_duplicates_keeps(rows):
     cols = _columns(rows)
     frame = pd.DataFrame(dict(enumerate(cols)))
-    assert (np.flatnonzero(first_of_each(*cols)) == frame.drop_duplicates().index).all()
+    assert np.flatnonzero(first_of_each(*cols)).tolist() == frame.drop_duplicates().index.tolist()
 
 
 def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
