@@ -179,11 +179,12 @@ class PartitionLog:
         """offset, value, vis: offsets reads always saw holding the same value."""
         r = self.reads[["offset", "value", "vis"]].dropna(subset=["offset"])
         missing = r["value"].isna().to_numpy()
-        r = r[first_of_each(r["offset"].to_numpy(dtype=np.int64),
-                            r["value"].to_numpy(dtype=np.int64, na_value=0),
-                            missing.astype(np.int64))]
-        single = ~r["offset"].duplicated(keep=False)
-        return r[single & r["value"].notna()].sort_values("offset").reset_index(drop=True)
+        first = first_of_each(r["offset"].to_numpy(dtype=np.int64),
+                              r["value"].to_numpy(dtype=np.int64, na_value=0),
+                              missing.astype(np.int64))
+        r, missing = r[first], missing[first]
+        single = ~r["offset"].duplicated(keep=False).to_numpy()
+        return r[single & ~missing].sort_values("offset").reset_index(drop=True)
 
     @cached_property
     def _visible(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
