@@ -314,11 +314,12 @@ class PartitionLog:
         run, offs, first = runs["run"], runs["offset"], self._run_heads
         lo = np.minimum.reduceat(offs, first)
         hi = np.maximum.reduceat(offs, first)
-        heads = self.reads.take(at[first])
+        heads = at[first]
+        r = self.reads
         return pd.DataFrame({
-            "process": heads["process"].to_numpy(dtype=object),
+            "process": r["process"].to_numpy(dtype=object)[heads],
             "isolation": runs["isolation"][first],
-            "final": heads["final"].fillna(False).to_numpy(dtype=bool), "run": run[first],
+            "final": r["final"].to_numpy(dtype=bool, na_value=False)[heads], "run": run[first],
             "s": np.fmin(lo, runs["start"][first]).astype(np.int64), "e": hi})
 
     # ------------------------------------------------------------------ write offsets

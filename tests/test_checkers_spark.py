@@ -231,6 +231,23 @@ def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_
     assert engine.read_steps(empty).empty
 
 
+def test_integers_and_booleans_come_out_of_arrow_as_pandas_converts_them():
+    """engine._masked copies Arrow's buffers itself: chunks that are slices of a larger
+    array (an offset into the buffer), empty chunks, chunks all missing and values
+    beyond a float's 53 bits come out as pandas' own conversion gives them."""
+    big = 2 ** 62 + 1
+    ints = pa.array([1, None, big, -5, None, 7, 0, None], pa.int64())
+    bools = pa.array([True, None, False, True, None, False, True, None], pa.bool_())
+    for whole in (ints, bools):
+        col = pa.chunked_array([whole.slice(0, 3), whole.slice(3, 0), whole.slice(3, 4),
+                                whole.slice(7, 1)], whole.type)
+        ours = pd.Series(engine._masked(col))
+        theirs = col.to_pandas(types_mapper=engine._ARROW_TYPES)
+        assert ours.dtype == theirs.dtype and ours.equals(theirs)
+        assert ours.isna().tolist() == [v is None for v in whole.to_pylist()]
+    assert int(pd.Series(engine._masked(pa.chunked_array([ints])))[2]) == big
+
+
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
     """What the registry says of each type's rows (checkers/anomaly.py) is what the
     families emit, for every type."""
