@@ -18,7 +18,9 @@ turns each into the op of that event (from the ops table) among its witnesses.
 
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
-(the names of the fact rows it reads); its frames use OUT_SCHEMA, built with
+(the names of the fact rows it reads; with `FACT_COLUMNS`, only those columns of
+them, and `row`: a finisher of millions of fact rows then converts only what it
+reads); its frames use OUT_SCHEMA, built with
 `anomalies(...)` and `facts(...)` below. A family that judges whole ops, which belong to
 no partition (checkers/liveness.py), has instead `OPS_COLUMNS` and `from_ops(ops) ->
 pandas frame`, run on the driver over those columns of the ops table.
@@ -395,16 +397,19 @@ class Facts:
         """How many rows, at most (an Arrow part may hold the anomalies too)."""
         return sum(len(p) for p in self._parts)
 
-    def of(self, names: tuple[str, ...]) -> pd.DataFrame:
+    def of(self, names: tuple[str, ...], columns: tuple[str, ...] | None = None
+           ) -> pd.DataFrame:
         """The fact rows named one of `names` (OUT_SCHEMA, conformed but for witness
-        lists, which facts do not hold)."""
+        lists, which facts do not hold); with `columns`, only those and `row`."""
+        keep = None if columns is None else ["row", *columns]
         frames = []
         for part in self._parts:
             if isinstance(part, pa.Table):
-                frames.append(_pandas(part.filter(pc.is_in(part["row"],
-                                                           pa.array(names, pa.string())))))
+                picked = part.filter(pc.is_in(part["row"], pa.array(names, pa.string())))
+                frames.append(_pandas(picked if keep is None else picked.select(keep)))
             else:
-                frames.append(part[equals(part["row"], *names)])
+                mask = equals(part["row"], *names)
+                frames.append(part[mask] if keep is None else part.loc[mask, keep])
         return _gathered(frames)
 
 
@@ -456,7 +461,7 @@ def collect(tables, families, local: bool = False,
             ops = pq.read_table(Path(tables.dir) / "ops.parquet", columns=fam.OPS_COLUMNS)
             done = fam.from_ops(ops.to_pandas(types_mapper=_ARROW_TYPES))
         else:
-            done = fam.finish(fact_rows.of(fam.FACTS))
+            done = fam.finish(fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None)))
         return conform(done) if len(done) else None
 
     # The families' cross-partition work is independent: one process per core too.

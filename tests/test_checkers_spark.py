@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, check, engine, flatten, forked, spool
+from onceproof.checkers import Verdict, anomaly, check, cycles, engine, flatten, forked, spool
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.verdict import FAMILIES
@@ -168,6 +168,24 @@ def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tm
     on_spark = engine.collect(tables, FAMILIES, local=False)
     assert set(on_spark["type"]) == set(TYPES)
     assert _rows(on_spark) == _rows(engine.collect(tables, FAMILIES, local=True))
+
+
+def test_a_finisher_gets_its_fact_rows_whole_or_only_the_columns_it_names(sink, tmp_path):
+    """engine.Facts.of picks the named fact rows from the pass's rows as they come (Arrow
+    from Spark, pandas from local workers): with columns named, the same rows, only
+    those columns and `row`."""
+    tables = read_parquet(convert(sink, tmp_path / "tables"))
+    rows = pd.concat([engine._bucket_with(f, FAMILIES)
+                      for f in engine._bucket_files(tables.dir)], ignore_index=True)
+    facts = rows[rows["row"] != engine.ANOMALY]
+    arrow = pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA, preserve_index=False)
+    cols = cycles.FACT_COLUMNS
+    for part in (facts, arrow):
+        whole = engine.Facts([part]).of(cycles.FACTS)
+        some = engine.Facts([part]).of(cycles.FACTS, cols)
+        assert len(whole) and set(whole["row"]) == {cycles.EDGE_FACT}
+        assert list(some.columns) == ["row", *cols]
+        assert some.reset_index(drop=True).equals(whole[["row", *cols]].reset_index(drop=True))
 
 
 def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_path, monkeypatch):
