@@ -14,6 +14,8 @@ from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 TYPES = of_family("isolation")
 TORN_FACT = "torn"
 FACTS = (TORN_FACT,)  # the fact rows finish reads (checkers/engine.py)
+FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",
+                "n1", "n2", "a1", "a2", "a3", "a4")  # and only these columns of them
 
 
 def _read_record(type, r, detail) -> dict:

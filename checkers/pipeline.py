@@ -23,6 +23,8 @@ from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 TYPES = of_family("pipeline")
 OUTPUT, INPUT = "output", "input"
 FACTS = (OUTPUT, INPUT)  # the fact rows finish reads (checkers/engine.py)
+FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",
+                "a1", "a2", "a3")  # and only these columns of them
 
 
 def _outputs(pl: PartitionLog) -> pd.DataFrame:
@@ -84,9 +86,10 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     """duplicate_output: one input value appears as the source of two or more
     definitely committed output records of one output topic: the pipeline processed
     the input twice and both results were committed."""
-    out = facts[facts["row"] == OUTPUT]
-    sure = out[(out["kind"] == COMMITTED).to_numpy(dtype=bool)]
-    many = sure[sure.duplicated(["topic", "a1"], keep=False)].sort_values("a2")
+    # Rows picked by their keys alone, then whole: at 10M events, 2.6M fact rows.
+    sure = np.flatnonzero(equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED))
+    twice = facts[["topic", "a1"]].iloc[sure].duplicated(keep=False).to_numpy()
+    many = facts.iloc[sure[twice]].sort_values("a2")
     found = []
     for (topic, source), g in many.groupby(["topic", "a1"], sort=True):
         x = g.iloc[1]
@@ -105,11 +108,13 @@ def lost_inputs(facts: pd.DataFrame) -> list[dict]:
     pipeline's consumer group committed past (send_offsets in a committed transaction),
     at or after the lowest offset pipelines read in that partition, that no output which
     may be committed names as its source. Assumes every input yields an output."""
-    out = facts[facts["row"] == OUTPUT]
-    produced = set(out.loc[out["kind"].isin([COMMITTED, UNKNOWN]).to_numpy(dtype=bool), "a1"]
-                   .dropna().astype(np.int64))
-    inputs = facts[facts["row"] == INPUT]
-    lost = inputs[~inputs["value"].astype(np.int64).isin(produced)] if len(inputs) else inputs
+    source = facts["a1"]
+    named = (equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED, UNKNOWN)
+             & source.notna().to_numpy(dtype=bool))
+    produced = source.to_numpy(dtype=np.int64, na_value=0)[named]
+    inputs = np.flatnonzero(equals(facts["row"], INPUT))
+    values = facts["value"].iloc[inputs].to_numpy(dtype=np.int64)
+    lost = facts.iloc[inputs[~np.isin(values, produced)]]
     return [{"type": "lost_input", "severity": VIOLATION, "process": x["process"],
              "op": num(x["op"]), "topic": x["topic"], "partition": num(x["partition"]),
              "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
