@@ -3,6 +3,7 @@ with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from onceproof.checkers import Verdict, anomaly, check, cycles, engine, flatten, forked, spool
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
+from onceproof.checkers.tables import SCHEMAS
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
 from tests.histories import RU, History, assert_witnessed
@@ -228,25 +230,32 @@ def test_steps_made_a_slice_at_a_time_are_the_same_steps(sink, tmp_path, monkeyp
 
 def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_path,
                                                                       monkeypatch):
-    """The pass reads a bucket's strings as the file's dictionaries (engine.read_steps):
+    """The pass reads a bucket's strings as the file's dictionaries (engine.read_frame):
     the same frame as Arrow's own conversion, every string a str or None, across row
-    groups that each have a dictionary of their own."""
+    groups that each have a dictionary of their own; and so for some columns of a
+    table."""
     monkeypatch.setattr(spool, "SOURCE_SLICE", 3)
     tables = read_parquet(convert(sink, tmp_path / "tables"))
     files = engine._bucket_files(tables.dir)
     assert any(pq.ParquetFile(f).num_row_groups > 1 for f in files)
-    strings = [f.name for f in engine.SCHEMAS["steps"] if f.type == pa.string()]
+    strings = [f.name for f in SCHEMAS["steps"] if f.type == pa.string()]
     for f in files:
-        ours = engine.read_steps(f)
+        ours = engine.read_frame(f)
         arrows = pq.read_table(f).to_pandas(types_mapper=engine._ARROW_TYPES)
         assert ours.equals(arrows) and list(ours.dtypes) == list(arrows.dtypes)
         for name in strings:
             assert {type(v) for v in ours[name]} <= {str, type(None)}, name
         assert (ours[strings].isna() == arrows[strings].isna()).all().all()
+    # Some columns of a table that is one file: the ops liveness reads.
+    ops, cols = Path(tables.dir) / "ops.parquet", ["process", "op", "txn", "final", "group"]
+    some = engine.read_frame(ops, cols)
+    assert list(some.columns) == cols and len(some)
+    assert some.equals(pq.read_table(ops, columns=cols).to_pandas(
+        types_mapper=engine._ARROW_TYPES))
     empty = tmp_path / "empty.parquet"
-    pq.write_table(engine.SCHEMAS["steps"].empty_table(), empty)
-    assert engine.read_steps(empty).columns.tolist() == engine.SCHEMAS["steps"].names
-    assert engine.read_steps(empty).empty
+    pq.write_table(SCHEMAS["steps"].empty_table(), empty)
+    assert engine.read_frame(empty).columns.tolist() == SCHEMAS["steps"].names
+    assert engine.read_frame(empty).empty
 
 
 def test_integers_and_booleans_come_out_of_arrow_as_pandas_converts_them():
