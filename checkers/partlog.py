@@ -252,7 +252,8 @@ class PartitionLog:
         # of isolation or of the final flag between two reads.
         new_run = (rcode != prev_code) | (~pos_before & (
             np.r_[True, iso[1:] != iso[:-1]] | np.r_[True, fin[1:] != fin[:-1]]))
-        run = np.cumsum(new_run) + np.searchsorted(ins, i, side="right")
+        # Plus how many positions come at or before each read (counted, not searched).
+        run = np.cumsum(new_run) + np.cumsum(np.bincount(ins, minlength=nr + 1))[:nr]
         # A read's run began at a position when a gap with positions comes after its
         # run's first read: then at the last position of that gap, if it was a seek.
         last_new = np.maximum.accumulate(np.where(new_run, i, -1))
