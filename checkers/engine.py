@@ -116,9 +116,7 @@ def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
     at = found["witness_at"]
     if not at.map(bool).any():
         return found
-    ops = pq.read_table(Path(directory) / "ops.parquet",
-                        columns=["op", "invoke_index", "complete_index"]).to_pandas(
-                            types_mapper=_ARROW_TYPES)
+    ops = read_frame(Path(directory) / "ops.parquet", ["op", "invoke_index", "complete_index"])
     done = ops[ops["complete_index"].notna()]
     op_of = dict(zip(ops["invoke_index"].astype("int64"), ops["op"].astype("int64")))
     op_of.update(zip(done["complete_index"].astype("int64"), done["op"].astype("int64")))
@@ -327,7 +325,7 @@ def _masked(col: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
         if dtype is np.bool_:  # bits, unpacked
             part[:] = pc.fill_null(chunk, False).to_numpy(zero_copy_only=False)
         else:  # a view of Arrow's buffer (Arrow itself would make floats of it)
-            part[:] = np.frombuffer(chunk.buffers()[1], dtype, n, chunk.offset * 8)
+            part[:] = np.frombuffer(chunk.buffers()[1], dtype, n, chunk.offset * part.itemsize)
         if chunk.null_count:
             missing[at:at + n] = chunk.is_null().to_numpy(zero_copy_only=False)
             part[missing[at:at + n]] = 0  # what is under a missing value is not data
