@@ -19,7 +19,7 @@ import copy
 import functools
 import json
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,9 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
     return out.sort_values("invoke_index", kind="stable", ignore_index=True)
 
 
-def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
+def _offset_rows(lists: Extract, ops_t, ops_index) -> dict:
+    """The columns of the offsets table that do not hang on the transactions' outcomes
+    (made while those are proven)."""
     rows = pa.concat_tables([lists.table("committed"), lists.table("fetched")])
     rows, at = _in_invoke_order(rows, ops_t, ops_index)
     # One chunk per column, not one per parsed block: Steps.add takes from it.
@@ -231,6 +233,11 @@ def _offsets(lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     cols = {c: rows.column(c) for c in rows.column_names}
     cols.update(take_rows(ops_t, at, [
         "process", "f", "type", "group", "txn", "invoke_index", "complete_index"]))
+    return cols
+
+
+def _offsets(rows: Future, txns_t, txns_index) -> pa.Table:
+    cols = dict(rows.result())
     tx = take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
                    ["outcome", "commit_invoke_index", "commit_complete_index"])
     cols["txn_outcome"] = tx["outcome"]
@@ -343,12 +350,20 @@ def _count(column) -> dict[str, int]:
             sorted(pc.value_counts(column).to_pylist(), key=lambda c: c["values"])}
 
 
+# The tables a check reads besides the steps (engine._resolve, liveness.from_ops): all
+# that is written when the steps are checked as they are made (`each`), whose folder
+# is thrown away after the check. The others' Parquet took 3.7 s of the tables phase
+# at 10M events, 2 s of it on its critical path (the writes).
+CHECK_READS = ("ops",)
+
+
 def write_tables(path: Path, out: Path, spool: Path,
                  each: Callable[[pa.Table], Any] | None = None) -> tuple[dict, list | None]:
     """Write the tables of the JSONL history at `path` under `out`; return its stats.
-    With `each`, the steps are not written: `each` of every bucket's steps is run
-    (Steps.each) and its results are returned too, else None. Sets this process's
-    malloc options for each phase (memory.map_large, then memory.keep_freed)."""
+    With `each`, the steps are not written, nor any table but CHECK_READS: `each` of
+    every bucket's steps is run (Steps.each) and its results are returned too, else
+    None. Sets this process's malloc options for each phase (memory.map_large, then
+    memory.keep_freed)."""
     # Until the steps are made, freed arrays go back at once (memory.map_large): the
     # tables are made by two threads, whose freed blocks would otherwise pile up.
     memory.map_large()
@@ -369,7 +384,8 @@ def write_tables(path: Path, out: Path, spool: Path,
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
 
     def write(name: str, table: pa.Table) -> pa.Table:
-        pq.write_table(table, out / f"{name}.parquet")
+        if each is None or name in CHECK_READS:
+            pq.write_table(table, out / f"{name}.parquet")
         return table
 
     def written(name: str, make: Callable[..., pd.DataFrame | pa.Table], *args) -> pa.Table:
@@ -388,9 +404,9 @@ def write_tables(path: Path, out: Path, spool: Path,
 
     # Two chains, one per core (both mostly Arrow and numpy, which let go of the GIL):
     # what hangs on the transactions' outcomes (writes and their proof) here, and what
-    # does not (ops, positions, faults, watermarks), then the offsets, which need the
-    # proven outcomes, in a thread beside. Each table is written, and spooled as steps,
-    # as soon as it is made.
+    # does not (ops, positions, faults, watermarks, the offsets' rows) in a thread
+    # beside, then there the offsets' outcomes, which need the proven ones. Each table
+    # is written, and spooled as steps, as soon as it is made.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
         made = {"ops": beside.submit(write, "ops", ops_t),
                 "positions": beside.submit(spooled, "positions", _positions, lists, polls,
@@ -399,6 +415,7 @@ def write_tables(path: Path, out: Path, spool: Path,
                                         lists.fault_lines),
                 "watermarks": beside.submit(spooled, "watermarks", _watermarks, lists, ops_t,
                                             ops_index)}
+        offset_rows = beside.submit(_offset_rows, lists, ops_t, ops_index)
         # Pandas only for the transactions' ops: the transactions are grouped there.
         in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
                          pc.not_equal(ops_t.column("process"), NEMESIS))
@@ -415,8 +432,8 @@ def write_tables(path: Path, out: Path, spool: Path,
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
         memory.give_back()
-        made["offsets"] = beside.submit(spooled, "offsets", _offsets, lists, ops_t, ops_index,
-                                        txns_t, txns_index)
+        made["offsets"] = beside.submit(spooled, "offsets", _offsets, offset_rows, txns_t,
+                                        txns_index)
         write("txns", txns_t)
         write("writes", writes)
         steps.add("writes", writes, functools.partial(_steps_of, "writes"))

@@ -59,8 +59,9 @@ def convert_each(path: str | Path, out: str | Path,
                  each: Callable[[pa.Table], T]) -> tuple[dict, list[T]]:
     """`convert` without the steps table: `each` is run on every bucket of steps as it
     is made, in memory, in a worker process per core (spool.Steps.each). Returns
-    the stats and the results, in bucket order. `out` gets the other tables but no
-    manifest: it is not a conversion, for a check that needs no files of the steps."""
+    the stats and the results, in bucket order. `out` gets only the tables a check
+    reads besides the steps (flatten.CHECK_READS) and no manifest: it is not a
+    conversion, for a check that needs no files of the steps."""
     stats, results = _write(path, out, each)
     assert results is not None
     return stats, results
