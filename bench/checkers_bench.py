@@ -9,7 +9,9 @@ Steps, each timed:
 2. convert it once to the checkers' Parquet tables (checkers.store.convert), in a
    process of its own, whose peak RSS is the converter's alone;
 3. the local check of the JSONL in one call (what `onceproof check history.jsonl`
-   runs), which checks each bucket of steps as the converter makes it; the local
+   runs, which checks each bucket of steps as the converter makes it), in a fresh
+   process of its own, as a user's command runs: once timed, once with its memory
+   sampled (the sampling slows what it samples, so that run is not timed); the local
    check of the Parquet tables (the default engine on one machine); then the full
    check suite on those tables in one SparkSession, twice: the first full-size check
    of the session, and again warm (after the local ones: PySpark's workers stay,
@@ -20,9 +22,9 @@ Steps, each timed:
 
 It prints the figures: end to end (JSONL to verdict) per engine, check wall time,
 events per second, peak RSS of the Python driver and of the Spark JVM (sampled by
-psutil; for the local check of the JSONL, the driver with its worker processes, as the
-sum of their proportional set sizes, since the workers are forked and share pages),
-and the check's time as a ratio to the bare scan and to the pandas checks. It asserts
+psutil; for the local check of the JSONL, its process with its worker processes, as
+the sum of their proportional set sizes, since the workers are forked and share
+pages), and the check's time as a ratio to the bare scan and to the pandas checks. It asserts
 nothing about time: machines differ, and the ratios are what to compare across changes.
 """
 from __future__ import annotations
@@ -61,39 +63,20 @@ def _pss(p: psutil.Process) -> int:
 
 class PeakRSS:
     """Peak resident memory of this process and, separately, of its children (the
-    Spark JVM and PySpark's Python workers), sampled every 50 ms; and the peak PSS of
-    this process with its Python children, every PSS_EVERY."""
+    Spark JVM and PySpark's Python workers), sampled every 50 ms from /proc's cheap
+    counters."""
 
     def __init__(self) -> None:
         self.me = psutil.Process()
         self.driver = 0
         self.children = 0
-        # This process with its own Python children (the local check's worker
-        # processes; not the Spark JVM), their PSS summed at each sample.
-        self.local = 0
-        self._next_pss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                own = self.me.memory_info().rss
-                self.driver = max(self.driver, own)
-                # Proportional set sizes: a worker forked from the driver shares its
-                # pages, which its RSS would count again. Read less often: the kernel
-                # walks every page of a process to count them, and a fault in it
-                # waits meanwhile.
-                if time.monotonic() >= self._next_pss:
-                    self._next_pss = time.monotonic() + PSS_EVERY
-                    local = _pss(self.me)
-                    for c in self.me.children(recursive=False):
-                        try:
-                            if "java" not in c.name():
-                                local += _pss(c)
-                        except psutil.Error:
-                            pass
-                    self.local = max(self.local, local)
+                self.driver = max(self.driver, self.me.memory_info().rss)
                 kids = 0
                 for c in self.me.children(recursive=True):
                     try:
@@ -114,6 +97,32 @@ class PeakRSS:
         self._thread.join()
 
 
+def peak_pss(proc: subprocess.Popen) -> int:
+    """The peak of a process's proportional set size summed with its children's (a
+    check's forked workers share its pages, which their RSS would count again), read
+    every PSS_EVERY until it exits. The kernel walks every page of a process to count
+    them, and a fault in it waits meanwhile: a 10M-event check sampled so ran 10-15 s
+    longer, so the runs that are timed are not sampled."""
+    peak = 0
+    try:
+        root = psutil.Process(proc.pid)
+    except psutil.Error:
+        return 0
+    while proc.poll() is None:
+        total = 0
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    total += _pss(p)
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        peak = max(peak, total)
+        time.sleep(PSS_EVERY)
+    return peak
+
+
 _CONVERT = """
 import json, resource, sys, time
 from onceproof.checkers.store import convert
@@ -123,6 +132,29 @@ seconds = time.perf_counter() - t
 print(json.dumps({"seconds": seconds,
                   "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 """
+
+
+_CHECK = """
+import json, sys, time
+from onceproof.checkers import check
+t = time.perf_counter()
+verdict = check(sys.argv[1], None, 3, None, True)
+print(json.dumps({"seconds": time.perf_counter() - t, "counts": verdict.counts}))
+"""
+
+
+def check_alone(jsonl: Path, sampled: bool = False) -> tuple[float, dict, int]:
+    """The local check of a JSONL history in a process of its own, as
+    `onceproof check history.jsonl` runs: (its seconds, the anomaly counts, and with
+    `sampled` the peak PSS of it and its workers, else 0)."""
+    proc = subprocess.Popen([sys.executable, "-c", _CHECK, str(jsonl)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = peak_pss(proc) if sampled else 0
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"the check failed: {err.strip()[-2000:]}")
+    done = json.loads(out.strip().splitlines()[-1])
+    return done["seconds"], done["counts"], peak
 
 
 def convert_alone(jsonl: Path, tables: Path) -> tuple[float, int]:
@@ -225,10 +257,11 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
             t_conv, conv_peak = convert_alone(jsonl, tables)
         # The local checks before the Spark one: PySpark's Python workers outlive a
         # job, holding gigabytes a local check would then compete with.
-        rss.driver = rss.local = 0
-        whole, t_whole = timed("check JSONL -> verdict (local)", check, jsonl, None, 3,
-                               None, True)
-        whole_peak = rss.local
+        t_whole, whole, _ = check_alone(jsonl)
+        print(f"  {'check JSONL -> verdict (alone)':<34} {t_whole:9.2f} s", flush=True)
+        whole_peak = check_alone(jsonl, sampled=True)[2]
+        print(f"  {'  again, its memory sampled':<34} (peak PSS {whole_peak / 2**20:,.0f} MB)",
+              flush=True)
         local, t_local = timed("full check suite (Parquet, local)", check, tables, None,
                                3, None, True)
         rss.driver = rss.children = 0
@@ -299,9 +332,9 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
           f"check; Spark JVM + workers {figures['peak_rss_spark_jvm_and_workers_mb']} MB; "
           f"{figures['peak_rss_synthesize_mb']} MB synthesizing, "
           f"{figures['peak_rss_convert_mb']} MB converting")
-    if not local.counts == whole.counts == verdict.counts:
+    if not local.counts == whole == verdict.counts:
         print(f"ENGINES DISAGREE: local found {local.counts}, from the JSONL "
-              f"{whole.counts}", flush=True)
+              f"{whole}, Spark {verdict.counts}", flush=True)
     print(f"verdict                {'VALID' if verdict.valid else 'INVALID'} {verdict.counts}; "
           f"pandas found {found}")
     print(json.dumps(figures), flush=True)
