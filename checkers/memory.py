@@ -29,6 +29,7 @@ _mallopt = _glibc("mallopt")
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_THRESHOLD_MAX = 32 << 20
 _MMAP_LARGE = 1 << 20
+_TRIM_DEFAULT = 128 << 10  # glibc's M_TRIM_THRESHOLD
 
 
 def give_back() -> None:
@@ -50,7 +51,9 @@ def map_large() -> bool:
     page of each): `keep_freed` is for those, and undoes this."""
     if _mallopt is None:
         return False
-    return bool(_mallopt(_M_MMAP_THRESHOLD, _MMAP_LARGE))
+    # And the heap's free top trimmed again, as by default: keep_freed may have run.
+    return bool(_mallopt(_M_MMAP_THRESHOLD, _MMAP_LARGE)
+                and _mallopt(_M_TRIM_THRESHOLD, _TRIM_DEFAULT))
 
 
 def keep_freed() -> bool:
