@@ -107,7 +107,9 @@ class _Grouped:
             path = self.folder / f"{self.prefix}-{len(self.blocks):06d}.arrow"
             self.blocks.append((path, {}))
             where = self.blocks[-1][1]
-        order = np.argsort(pid, kind="stable")
+        # A stable sort of small integers is numpy's radix sort; of int64, a merge sort.
+        order = np.argsort(pid.astype(np.int16) if len(pid) and pid.max() < 2**15 else pid,
+                           kind="stable")
         pid = pid[order]
         cuts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
         ends = np.r_[cuts[1:], len(pid)]
@@ -162,7 +164,9 @@ class PollSpool(_Grouped):
     def add(self, table: pa.Table) -> list[tuple[int, pa.Table]]:
         self.schema = table.schema
         groups = super().add(table)
-        ops = [(p, np.unique(rows.column("op").to_numpy())) for p, rows in groups]
+        # A poll's records of a partition are together in its group (one event, and the
+        # grouping is stable): each poll once, without a sort.
+        ops = [(p, _runs_of(rows.column("op").to_numpy())) for p, rows in groups]
         with self._lock:
             for p, unique in ops:
                 self.readers.setdefault(p, []).append(unique)
@@ -181,6 +185,11 @@ class PollSpool(_Grouped):
         """Partition p's poll records, or None when no poll returned any."""
         pieces = self.pieces(p)
         return pa.Table.from_batches(pieces, schema=self.schema) if pieces else None
+
+
+def _runs_of(values: np.ndarray) -> np.ndarray:
+    """The first value of each run of equal neighbours."""
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
 class Steps:
