@@ -11,11 +11,12 @@ Steps, each timed:
 3. the local check of the JSONL in one call (what `onceproof check history.jsonl`
    runs, which checks each bucket of steps as the converter makes it), in a fresh
    process of its own, as a user's command runs: once timed, once with its memory
-   sampled (the sampling slows what it samples, so that run is not timed); the local
-   check of the Parquet tables (the default engine on one machine); then the full
-   check suite on those tables in one SparkSession, twice: the first full-size check
-   of the session, and again warm (after the local ones: PySpark's workers stay,
-   holding memory);
+   sampled (the sampling slows what it samples, so that run is not timed). Steps 1-3
+   run for every size before Spark starts, as a user's command runs without a Spark
+   session beside it holding gigabytes. Then the local check of the Parquet tables
+   (the default engine on one machine); then the full check suite on those tables
+   in one SparkSession, twice: the first full-size check of the session, and again
+   warm (after the local ones: PySpark's workers stay, holding memory);
 4. a Spark job that only scans the check's input (every column of the steps and ops
    tables), twice: the ratios are to the second, warm scan;
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
@@ -233,10 +234,11 @@ def _n(x: int | None) -> str:
     return "-" if x is None else f"{x:,}"
 
 
-def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
-    """Synthesize, convert and check one history of about `target` events; print and
-    return its figures."""
-    from onceproof.checkers import check
+def prepare(target: int, seed: int, work: Path, reuse: bool) -> dict:
+    """Synthesize and convert one history of about `target` events, and check it end to
+    end locally; before any Spark starts, whose JVM and Python workers hold gigabytes
+    for the rest of the bench (7.5 GB after the 1M checks), which a user's
+    `onceproof check history.jsonl` does not compete with."""
     from onceproof.checkers.store import is_converted
     work.mkdir(parents=True, exist_ok=True)
     jsonl, tables = work / "history.jsonl", work / "tables"
@@ -247,21 +249,37 @@ def bench_one(target: int, seed: int, work: Path, spark, reuse: bool) -> dict:
         else:
             n, t_gen = timed("synthesize (JSONL, streamed)", synthesize_file, jsonl,
                              seed, shape_for(target))
-        gen_peak, rss.driver = rss.driver, 0
-        mb = jsonl.stat().st_size / 1e6
-        if reuse and is_converted(tables):
-            t_conv, conv_peak = float("nan"), 0
-        else:
-            if tables.exists():
-                shutil.rmtree(tables)
-            t_conv, conv_peak = convert_alone(jsonl, tables)
-        # The local checks before the Spark one: PySpark's Python workers outlive a
-        # job, holding gigabytes a local check would then compete with.
-        t_whole, whole, _ = check_alone(jsonl)
-        print(f"  {'check JSONL -> verdict (alone)':<34} {t_whole:9.2f} s", flush=True)
-        whole_peak = check_alone(jsonl, sampled=True)[2]
-        print(f"  {'  again, its memory sampled':<34} (peak PSS {whole_peak / 2**20:,.0f} MB)",
-              flush=True)
+    if reuse and is_converted(tables):
+        t_conv, conv_peak = float("nan"), 0
+    else:
+        if tables.exists():
+            shutil.rmtree(tables)
+        t_conv, conv_peak = convert_alone(jsonl, tables)
+    t_whole, whole, _ = check_alone(jsonl)
+    print(f"  {'check JSONL -> verdict (alone)':<34} {t_whole:9.2f} s", flush=True)
+    whole_peak = check_alone(jsonl, sampled=True)[2]
+    print(f"  {'  again, its memory sampled':<34} (peak PSS {whole_peak / 2**20:,.0f} MB)",
+          flush=True)
+    return {"target": target, "seed": seed, "work": work, "jsonl": jsonl, "tables": tables,
+            "n": n, "t_gen": t_gen, "gen_peak": rss.driver, "t_conv": t_conv,
+            "conv_peak": conv_peak, "t_whole": t_whole, "whole": whole,
+            "whole_peak": whole_peak}
+
+
+def bench_one(prepared: dict, spark) -> dict:
+    """Check one prepared history on Parquet, locally and on Spark; print and return
+    all its figures."""
+    from onceproof.checkers import check
+    target, seed, work = prepared["target"], prepared["seed"], prepared["work"]
+    jsonl, tables, n = prepared["jsonl"], prepared["tables"], prepared["n"]
+    t_gen, gen_peak = prepared["t_gen"], prepared["gen_peak"]
+    t_conv, conv_peak = prepared["t_conv"], prepared["conv_peak"]
+    t_whole, whole, whole_peak = (prepared["t_whole"], prepared["whole"],
+                                  prepared["whole_peak"])
+    mb = jsonl.stat().st_size / 1e6
+    print(f"checkers bench: ~{target:,} events, seed {seed}, in {work}, on Parquet",
+          flush=True)
+    with PeakRSS() as rss:
         local, t_local = timed("full check suite (Parquet, local)", check, tables, None,
                                3, None, True)
         rss.driver = rss.children = 0
@@ -359,6 +377,8 @@ def main(argv=None) -> int:
         ap.error("--events takes sizes such as 1m, 10m or 250000")
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
+    prepared = [prepare(target, args.seed, root / f"{target}", args.reuse)
+                for target in targets]
     from onceproof.checkers import check
     from onceproof.checkers.spark import session
     spark, _ = timed("start Spark", session, args.master)
@@ -372,8 +392,8 @@ def main(argv=None) -> int:
     warm = convert(small, root / "warmup")
     timed("warm-up check (Spark, ~400 events)", check, warm, spark, 3, None, False)
     timed("warm-up scan (Spark, ~400 events)", spark_scan, spark, warm)
-    for target in targets:
-        bench_one(target, args.seed, root / f"{target}", spark, args.reuse)
+    for one in prepared:
+        bench_one(one, spark)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
