@@ -25,8 +25,9 @@ It prints the figures: end to end (JSONL to verdict) per engine, check wall time
 events per second, peak RSS of the Python driver and of the Spark JVM (sampled by
 psutil; for the local check of the JSONL, its process with its worker processes, as
 the sum of their proportional set sizes, since the workers are forked and share
-pages), and the check's time as a ratio to the bare scan and to the pandas checks. It asserts
-nothing about time: machines differ, and the ratios are what to compare across changes.
+pages), and the check's time as a ratio to the bare scan and to the pandas checks. It
+asserts nothing about time: machines differ, and the ratios are what to compare across
+changes.
 """
 from __future__ import annotations
 
@@ -148,13 +149,18 @@ def check_alone(jsonl: Path, sampled: bool = False) -> tuple[float, dict, int]:
     """The local check of a JSONL history in a process of its own, as
     `onceproof check history.jsonl` runs: (its seconds, the anomaly counts, and with
     `sampled` the peak PSS of it and its workers, else 0)."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHECK, str(jsonl)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = peak_pss(proc) if sampled else 0
-    out, err = proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"the check failed: {err.strip()[-2000:]}")
-    done = json.loads(out.strip().splitlines()[-1])
+    # Its output goes to files: a pipe that fills while the sampler waits for the
+    # process to end would stop it.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _CHECK, str(jsonl)],
+                                stdout=out, stderr=err, text=True)
+        peak = peak_pss(proc) if sampled else 0
+        proc.wait()
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"the check failed: {err.read().strip()[-2000:]}")
+        done = json.loads(out.read().strip().splitlines()[-1])
     return done["seconds"], done["counts"], peak
 
 
@@ -341,8 +347,8 @@ def bench_one(prepared: dict, spark) -> dict:
           f"history)")
     print(f"end to end, local      {t_whole:.1f} s "
           f"({_n(figures['end_to_end_local_events_per_s'])} events/s; one call, JSONL to "
-          f"verdict; peak {figures['peak_pss_end_to_end_local_mb']} MB, PSS of the driver and "
-          f"its workers)")
+          f"verdict; peak {figures['peak_pss_end_to_end_local_mb']} MB, PSS of its process "
+          f"and workers)")
     print(f"end to end, Spark      {t_conv + t_check:.1f} s "
           f"({_n(figures['end_to_end_events_per_s'])} events/s; convert, then check the "
           f"Parquet; the local check of the Parquet {t_local:.1f} s)")
