@@ -19,7 +19,7 @@ import copy
 import functools
 import json
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +237,7 @@ def _offset_rows(lists: Extract, ops_t, ops_index) -> dict:
     return cols
 
 
-def _offsets(rows: Future, txns_t, txns_index) -> pa.Table:
-    cols = dict(rows.result())
+def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
     tx = take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
                    ["outcome", "commit_invoke_index", "commit_complete_index"])
     cols["txn_outcome"] = tx["outcome"]
@@ -438,8 +437,9 @@ def write_tables(path: Path, out: Path, spool: Path,
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
         memory.give_back()
-        made["offsets"] = beside.submit(spooled, "offsets", _offsets, offset_rows, txns_t,
-                                        txns_index)
+        # Made beside while the outcomes were proven: done by now, as a rule.
+        made["offsets"] = beside.submit(spooled, "offsets", _offsets, offset_rows.result(),
+                                        txns_t, txns_index)
         write("txns", txns_t)
         write("writes", writes)
         steps.add("writes", writes, functools.partial(_steps_of, "writes"))
