@@ -312,31 +312,47 @@ def _masked(col: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
 
     pandas' own conversion copies each row group's values out of Arrow's buffer, then
     copies them all again to join them: a bucket of 10M events read with 8-12% less
-    CPU this way (repeated runs), most of it the system's mapping of the second copy."""
+    CPU this way (repeated runs), most of it the system's mapping of the second copy.
+    The missing values come from the validity bits by numpy, not through an Arrow
+    boolean array, and a chunk all missing (a column no step of its kind fills) is
+    not read at all: with the same for strings (_decoded), three buckets of 3M steps
+    of 10M events made into frames with 1.18 -> 0.82 s of CPU (warm, repeated)."""
     dtype, array = _MASKED[col.type]
     values: np.ndarray = np.empty(len(col), dtype)
     missing = np.zeros(len(col), np.bool_)
     at = 0
     for chunk in col.chunks:
         n = len(chunk)
-        if not n:  # an empty chunk may have no buffer
+        part, gone = values[at:at + n], missing[at:at + n]
+        at += n
+        if chunk.null_count == n:  # a column of one kind of step only, mostly
+            part[:] = 0
+            gone[:] = True
             continue
-        part = values[at:at + n]
         if dtype is np.bool_:  # bits, unpacked
-            part[:] = pc.fill_null(chunk, False).to_numpy(zero_copy_only=False)
+            part[:] = _bits(chunk.buffers()[1], chunk.offset, n)
         else:  # a view of Arrow's buffer (Arrow itself would make floats of it)
             part[:] = np.frombuffer(chunk.buffers()[1], dtype, n, chunk.offset * part.itemsize)
         if chunk.null_count:
-            missing[at:at + n] = chunk.is_null().to_numpy(zero_copy_only=False)
-            part[missing[at:at + n]] = 0  # what is under a missing value is not data
-        at += n
+            valid = _bits(chunk.buffers()[0], chunk.offset, n)
+            np.logical_not(valid, out=gone)
+            part *= valid  # what is under a missing value is not data
     return array(values, missing)
+
+
+def _bits(buffer: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """n bits of an Arrow bitmap from bit `offset`, as numpy booleans."""
+    return np.unpackbits(np.frombuffer(buffer, np.uint8), count=offset + n,
+                         bitorder="little")[offset:].view(np.bool_)
 
 
 def _decoded(col: pa.ChunkedArray) -> np.ndarray:
     """A dictionary column of strings as a numpy object array (None where missing)."""
     parts = []
     for chunk in col.chunks:
+        if chunk.null_count == len(chunk):  # a column of one kind of step only, mostly
+            parts.append(np.full(len(chunk), None, dtype=object))
+            continue
         # The chunk's strings, then None (np.empty's object) for a missing value.
         words = np.empty(len(chunk.dictionary) + 1, dtype=object)
         words[:-1] = chunk.dictionary.to_numpy(zero_copy_only=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -263,16 +264,28 @@ def test_integers_and_booleans_come_out_of_arrow_as_pandas_converts_them():
     array (an offset into the buffer), empty chunks, chunks all missing and values
     beyond a float's 53 bits come out as pandas' own conversion gives them."""
     big = 2 ** 62 + 1
-    ints = pa.array([1, None, big, -5, None, 7, 0, None], pa.int64())
-    bools = pa.array([True, None, False, True, None, False, True, None], pa.bool_())
+    # Twice over, so that a slice begins past the first byte of the validity bits.
+    ints = pa.array([1, None, big, -5, None, 7, 0, None] * 2, pa.int64())
+    bools = pa.array([True, None, False, True, None, False, True, None] * 2, pa.bool_())
     for whole in (ints, bools):
         col = pa.chunked_array([whole.slice(0, 3), whole.slice(3, 0), whole.slice(3, 4),
-                                whole.slice(7, 1)], whole.type)
+                                whole.slice(7, 1), whole.slice(8, 3), whole.slice(11, 5),
+                                pa.array([5, 6], pa.int64()).cast(whole.type),
+                                _under_a_missing_value(whole.type)], whole.type)
         ours = pd.Series(engine._masked(col))
         theirs = col.to_pandas(types_mapper=engine._ARROW_TYPES)
         assert ours.dtype == theirs.dtype and ours.equals(theirs)
-        assert ours.isna().tolist() == [v is None for v in whole.to_pylist()]
+        assert ours.isna().tolist() == [v is None for v in col.to_pylist()]
+        # Nothing but zero (False) lies under a missing value.
+        assert not ours.array._data[ours.isna().to_numpy()].any()
     assert int(pd.Series(engine._masked(pa.chunked_array([ints])))[2]) == big
+
+
+def _under_a_missing_value(t: pa.DataType) -> pa.Array:
+    """[x, None] whose missing value's slot holds data (Arrow's builders write zeros)."""
+    valid = pa.py_buffer(bytes([0b01]))
+    data = pa.py_buffer(bytes([0b11]) if t == pa.bool_() else np.array([9, 9]).tobytes())
+    return pa.Array.from_buffers(t, 2, [valid, data], null_count=1)
 
 
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
