@@ -112,39 +112,46 @@ def _ordered_edges(pl: PartitionLog) -> list[pd.DataFrame]:
 
 def _read_edges(pl: PartitionLog) -> list[pd.DataFrame]:
     r = pl.reads
-    # Rows picked before columns are copied: the reads are most steps, and wide.
-    rows = np.flatnonzero(r["txn"].notna().to_numpy(dtype=bool)
-                          & equals(r["txn_outcome"], COMMITTED)
-                          & r["w_txn"].notna().to_numpy(dtype=bool)
+    # Rows picked before columns are copied: the reads are most steps, and wide. The
+    # outcomes first: a comparison of a (mostly missing) string is cheaper than
+    # asking each object whether it is missing.
+    txn, w_txn = r["txn"].to_numpy(dtype=object), r["w_txn"].to_numpy(dtype=object)
+    rows = np.flatnonzero(equals(r["txn_outcome"], COMMITTED)
                           & equals(r["w_txn_outcome"], COMMITTED))
-    rows = rows[r["w_txn"].to_numpy(dtype=object)[rows] != r["txn"].to_numpy(dtype=object)[rows]]
-    r = r[["txn", "w_txn", "isolation", "op", "invoke_index", "complete_index", "offset",
-           "value", "w_op", "w_process", "w_inv", "w_cmp", "w_commit_inv",
-           "w_commit_cmp"]].take(rows)
-    if r.empty:
+    rows = rows[~pd.isna(txn[rows]) & ~pd.isna(w_txn[rows])]
+    rows = rows[w_txn[rows] != txn[rows]]
+    if not len(rows):
         return []
+
+    def col(name: str) -> pd.arrays.IntegerArray:
+        return engine.ints(r[name]).take(rows)
     # One witness per edge and partition: wr witnesses are not chained to others, and
     # one constrains as much as all when it is the tightest, the read that completed
     # soonest after its value's write (read_uncommitted) or commit began.
-    rc = (r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool)
-    began = np.where(rc, pd.to_numeric(r["w_commit_inv"], errors="coerce"),
-                     pd.to_numeric(r["w_inv"], errors="coerce"))
-    slack = pd.to_numeric(r["complete_index"], errors="coerce").to_numpy(dtype=float) - began
-    r = (r.assign(_slack=np.nan_to_num(slack, nan=np.inf))
-         .sort_values(["_slack", "complete_index"], kind="stable")
-         .drop_duplicates(["w_txn", "txn"]).drop(columns="_slack"))
-    rc = (r["isolation"] == READ_COMMITTED).to_numpy(dtype=bool)
+    rc = equals(r["isolation"].take(rows), READ_COMMITTED)
+    began = np.where(rc, col("w_commit_inv").to_numpy(dtype=float, na_value=np.nan),
+                     col("w_inv").to_numpy(dtype=float, na_value=np.nan))
+    done = col("complete_index")
+    slack = np.nan_to_num(done.to_numpy(dtype=float, na_value=np.nan) - began, nan=np.inf)
+    # In order of slack, then completion (missing last), the first of each pair of
+    # transactions (by their codes: hashing each string pair once is the cost).
+    order = np.lexsort((done.to_numpy(dtype=float, na_value=np.inf), slack))
+    pair = pd.factorize(w_txn[rows])[0] * np.int64(len(rows)) + pd.factorize(txn[rows])[0]
+    order = order[~pd.Series(pair[order]).duplicated().to_numpy()]
+    rows, rc = rows[order], rc[order]
+
+    def either(if_rc: str, if_not: str) -> pd.arrays.IntegerArray:
+        a, b = col(if_rc), col(if_not)
+        return pd.arrays.IntegerArray(np.where(rc, a._data, b._data),
+                                      np.where(rc, a._mask, b._mask))
+    w_op = col("w_op")
     return [pd.DataFrame({
-        "txn": r["w_txn"].to_numpy(), "txn2": r["txn"].to_numpy(), "kind": WR,
-        "process": r["w_process"].to_numpy(),
-        "op": np.where(rc, None, r["w_op"].to_numpy(dtype=object)),
-        "a1": np.where(rc, r["w_commit_inv"].to_numpy(dtype=object),
-                       r["w_inv"].to_numpy(dtype=object)),
-        "a2": np.where(rc, r["w_commit_cmp"].to_numpy(dtype=object),
-                       r["w_cmp"].to_numpy(dtype=object)),
-        "a3": r["op"].to_numpy(dtype=object), "a4": r["invoke_index"].to_numpy(dtype=object),
-        "a5": r["complete_index"].to_numpy(dtype=object),
-        "a6": r["offset"].to_numpy(dtype=object), "value": r["value"].to_numpy(dtype=object)})]
+        "txn": w_txn[rows], "txn2": txn[rows], "kind": WR,
+        "process": r["w_process"].to_numpy(dtype=object)[rows],
+        "op": pd.arrays.IntegerArray(w_op._data, w_op._mask | rc),
+        "a1": either("w_commit_inv", "w_inv"), "a2": either("w_commit_cmp", "w_cmp"),
+        "a3": col("op"), "a4": col("invoke_index"), "a5": col("complete_index"),
+        "a6": col("offset"), "value": col("value")})]
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
