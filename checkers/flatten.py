@@ -160,11 +160,10 @@ class WriteIndex:
 
 
 # What a read takes of its op (invoke_index orders them too).
-_READ_OPS = ["process", "txn", "isolation", "group", "final", "invoke_index", "complete_index",
-             "invoke_time", "complete_time"]
+_READ_OPS = ["process", "txn", "isolation", "group", "final", "invoke_index", "complete_index"]
 # What a read takes of its write.
 _READ_WRITES = ["op", "process", "txn", "type", "status", "txn_outcome", "topic", "partition",
-                "offset", "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
+                "source", "invoke_index", "complete_index", "txn_commit_invoke_index",
                 "txn_commit_complete_index"]
 # Reads joined at a time: a joined read is some thirty columns, its record seven, so a
 # partition's reads are joined (and written) a slice at a time.

@@ -42,14 +42,16 @@ SCHEMAS: dict[str, pa.Schema] = {
     # known of the write of its value (w_*; w_found false when no send wrote it). The
     # converter joins each read in this shape and stores it as a step (kind r, below):
     # there is no reads file, and `reads` of a converted folder is its steps' reads
-    # (checkers/store.py), with the columns the steps keep.
+    # (checkers/store.py), with the columns the steps keep. Nothing else: the join
+    # takes each column for tens of millions of reads (w_type, w_topic and
+    # w_partition decide their visibility, vis).
     "reads": _schema(
         ("op", I), ("rec", I), ("process", S), ("txn", S), ("txn_outcome", S),
         ("isolation", S), ("group", S), ("final", B), ("topic", S), ("partition", I),
-        ("offset", I), ("value", I), *_OP_TIMES,
+        ("offset", I), ("value", I), ("invoke_index", I), ("complete_index", I),
         ("w_found", B), ("w_op", I), ("w_process", S), ("w_txn", S), ("w_type", S),
         ("w_status", S), ("w_txn_outcome", S), ("w_topic", S), ("w_partition", I),
-        ("w_offset", I), ("w_source", I), ("w_invoke_index", I), ("w_complete_index", I),
+        ("w_source", I), ("w_invoke_index", I), ("w_complete_index", I),
         ("w_txn_commit_invoke_index", I), ("w_txn_commit_complete_index", I)),
     # Changes of a consumer's position per partition: `seek` (offset = next offset to
     # read) or `reset` (position unknown from here on), with the op that caused it
