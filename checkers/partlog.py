@@ -174,9 +174,18 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ the read log
 
-    @cached_property
+    @property
     def read_log(self) -> pd.DataFrame:
         """offset, value, vis: offsets reads always saw holding the same value."""
+        return self._read_log[0]
+
+    @property
+    def read_log_reads(self) -> np.ndarray:
+        """For each row of read_log, the first of self.reads that saw it."""
+        return self._read_log[1]
+
+    @cached_property
+    def _read_log(self) -> tuple[pd.DataFrame, np.ndarray]:
         r = self.reads[["offset", "value", "vis"]].dropna(subset=["offset"])
         missing = r["value"].isna().to_numpy()
         first = first_of_each(r["offset"].to_numpy(dtype=np.int64),
@@ -184,7 +193,9 @@ class PartitionLog:
                               missing.astype(np.int64))
         r, missing = r[first], missing[first]
         single = ~r["offset"].duplicated(keep=False).to_numpy()
-        return r[single & ~missing].sort_values("offset").reset_index(drop=True)
+        log = r[single & ~missing].sort_values("offset")
+        # The reads are numbered 0.. (__init__), so their labels are their places.
+        return log.reset_index(drop=True), log.index.to_numpy()
 
     @cached_property
     def _visible(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -59,20 +59,17 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     c = sent.loc[sent["offset"].astype(float).idxmax()]
     start = piped.min()
     rl = pl.read_log
-    inputs = rl[(rl["vis"] == VIS_RC).to_numpy(dtype=bool)
+    is_input = ((rl["vis"] == VIS_RC).to_numpy(dtype=bool)
                 & (rl["offset"] >= start).to_numpy(dtype=bool)
-                & (rl["offset"] < c["offset"]).to_numpy(dtype=bool)]
-    # Each value's writer as the first read of it says, indexed by the values as int64:
-    # an index of Python ints is hashed object by object.
-    r = pl.reads
-    has = r["value"].notna().to_numpy(dtype=bool)
-    values = r["value"].to_numpy(dtype=np.int64, na_value=0)[has]
-    first = ~pd.Index(values).duplicated()
-    writer = pd.Series(r["w_op"].to_numpy(dtype=object)[has][first], index=values[first])
+                & (rl["offset"] < c["offset"]).to_numpy(dtype=bool))
+    inputs = rl[is_input]
+    # Each value's writer as the first read of it says (every read of a value names
+    # the same one: the converter joins them by value).
+    writer = engine.ints(pl.reads["w_op"]).take(pl.read_log_reads[is_input])
     return engine.facts(INPUT, pd.DataFrame({
         "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
         "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"],
-        "a3": inputs["value"].map(writer)}))
+        "a3": pd.Series(writer, index=inputs.index)}))
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
