@@ -23,14 +23,14 @@ from .tables import READ_COMMITTED
 TYPES = anomaly.of_family("consumption")
 
 
-def _gap(pl: PartitionLog, iso: np.ndarray, a: np.ndarray, b: np.ndarray,
+def _gap(pl: PartitionLog, is_rc: np.ndarray, a: np.ndarray, b: np.ndarray,
          inclusive_a: bool) -> np.ndarray:
-    """How many values visible to each reader lie strictly between a and b (or in
-    [a, b) when inclusive_a)."""
+    """How many values visible to each reader (read_committed where is_rc) lie strictly
+    between a and b (or in [a, b) when inclusive_a)."""
     n = np.zeros(len(a), dtype=np.int64)
     side: Literal["left", "right"] = "left" if inclusive_a else "right"
     for rc in (True, False):
-        m = (iso == READ_COMMITTED) == rc
+        m = is_rc == rc
         if not m.any():
             continue
         offs, _ = pl.visible(READ_COMMITTED if rc else "other")
@@ -77,7 +77,7 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     runs, op_at, rec_at = pl.runs["run"], pl.runs["op"], pl.runs["rec"]
     run = runs[kept]
     offs = pl.runs["offset"][kept].astype(np.int64)
-    iso = pl.runs["isolation"][kept]
+    iso, is_rc = pl.runs["isolation"][kept], pl.runs["rc"][kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
     # A run that began with a seek and whose first reads were retracted continues,
@@ -99,7 +99,7 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
                 if from_seek[i] else f"read offset {a[i]} then")
 
-    _judge(pl, eff, offs, a, iso, paired, prev, seek, before, "", out)
+    _judge(pl, eff, offs, a, iso, is_rc, paired, prev, seek, before, "", out)
 
 
 def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
@@ -109,19 +109,20 @@ def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None
     _pairs' already)."""
     run = pl.runs["run"]
     offs = pl.runs["offset"].astype(np.int64)
-    iso = pl.runs["isolation"]
+    iso, is_rc = pl.runs["isolation"], pl.runs["rc"]
     retracted = pl.runs["retracted"]
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
     ops = pl.runs["op"]
     prev = np.where(pair, np.r_[np.nan, ops[:-1]], np.nan)
-    _judge(pl, reads, offs, a, iso, pair, prev, np.full(len(ops), np.nan),
+    _judge(pl, reads, offs, a, iso, is_rc, pair, prev, np.full(len(ops), np.nan),
            lambda i: f"read offset {a[i]} then", " (in a transaction that aborted)", out)
 
 
 def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
-           iso: np.ndarray, paired: np.ndarray, prev: np.ndarray, seek: np.ndarray,
-           before: Callable[[int], str], where: str, out: list[dict]) -> None:
+           iso: np.ndarray, is_rc: np.ndarray, paired: np.ndarray, prev: np.ndarray,
+           seek: np.ndarray, before: Callable[[int], str], where: str,
+           out: list[dict]) -> None:
     """nonmonotonic_poll and poll_skip for each paired read (rows: its number in
     pl.runs): the consumer stood just past a[i] (before(i) says how, in words: after the
     read by op prev[i], or the seek by op seek[i]) and read offs[i] next."""
@@ -132,7 +133,7 @@ def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
                            f"between{where}", (prev[i], "previous read")))
     fwd = np.flatnonzero(paired & (offs > a + 1))
     if len(fwd):
-        gaps = _gap(pl, iso[fwd], a[fwd], offs[fwd], inclusive_a=False)
+        gaps = _gap(pl, is_rc[fwd], a[fwd], offs[fwd], inclusive_a=False)
         for i in fwd[gaps > 0]:
             row = pl.run_read(rows[i])
             skipped = pl.first_visible(iso[i], int(a[i]) + 1, int(offs[i]))
@@ -153,10 +154,10 @@ def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
         return
     o = pl.runs["start"][head].astype(np.int64)
     b = pl.runs["offset"][head].astype(np.int64)
-    iso = pl.runs["isolation"][head]
+    iso, is_rc = pl.runs["isolation"][head], pl.runs["rc"][head]
     expect = np.full(len(o), np.iinfo(np.int64).max)
     for rc in (True, False):
-        m = (iso == READ_COMMITTED) == rc
+        m = is_rc == rc
         offs, _ = pl.visible(READ_COMMITTED if rc else "other")
         if m.any() and len(offs):
             i = np.searchsorted(offs, o[m], side="left")

@@ -293,14 +293,16 @@ class PartitionLog:
         return {"run": run[keep], "offset": offset[at],
                 "op": r["op"].to_numpy(dtype=float, na_value=np.nan)[at],
                 "rec": r["rec"].to_numpy(dtype=float, na_value=np.nan)[at],
-                "isolation": iso[keep], "retracted": retracted[at],
+                "isolation": iso[keep], "rc": (iso == READ_COMMITTED)[keep],
+                "retracted": retracted[at],
                 "start": gap_start[gap], "start_op": gap_start_op[gap]}, at
 
     @property
     def runs(self) -> dict[str, np.ndarray]:
         """The reads of a known offset, each process's in its order (the order of its
         ops, and within a poll of its records), as equal-length arrays: run (its run's
-        number), offset, op, rec, isolation, retracted (its transaction aborted), start
+        number), offset, op, rec, isolation, rc (whether it is read_committed: compared
+        once here, not by each check), retracted (its transaction aborted), start
         (its run's seek position, or NaN) and start_op (that seek's op)."""
         return self._runs[0]
 
