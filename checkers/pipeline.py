@@ -63,8 +63,8 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
                 & (rl["offset"] >= start).to_numpy(dtype=bool)
                 & (rl["offset"] < c["offset"]).to_numpy(dtype=bool))
     inputs = rl[is_input]
-    # Each value's writer as the first read of it says (every read of a value names
-    # the same one: the converter joins them by value).
+    # Each value's writer, as the read the read log kept for its offset names it: every
+    # read of a value names the same one (the converter joins them by value).
     writer = engine.ints(pl.reads["w_op"]).take(pl.read_log_reads[is_input])
     return engine.facts(INPUT, pd.DataFrame({
         "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
