@@ -54,7 +54,7 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
         hit[at[matched & mask]] = True
         return hit[which] & (values != _NONE)
     seen_any = out["seen_any"] = seen(np.ones(len(r), dtype=bool))
-    out["seen_rc"] = seen(rc_reads(pl))
+    out["seen_rc"] = seen(pl.read_committed)
     seen_final = out["seen_final"] = seen(r["final"].to_numpy(dtype=bool, na_value=False))
 
     scans = pl.scans
@@ -102,11 +102,6 @@ def matches(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         read = pl.reads["value"].to_numpy(dtype=np.int64, na_value=_NONE)
         return distinct, which, pd.Index(distinct).get_indexer(read)
     return pl.memo("matches", build)
-
-
-def rc_reads(pl: PartitionLog) -> np.ndarray:
-    """Which of the partition's reads are read_committed, computed once."""
-    return pl.memo("rc_reads", lambda: equals(pl.reads["isolation"], READ_COMMITTED))
 
 
 def of(pl: PartitionLog) -> pd.DataFrame:

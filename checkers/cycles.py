@@ -150,7 +150,7 @@ def _read_edges(pl: PartitionLog) -> list[pd.DataFrame]:
         "process": r["w_process"].to_numpy(dtype=object)[rows],
         "op": pd.arrays.IntegerArray(w_op._data, w_op._mask | rc),
         "a1": either("w_commit_inv", "w_inv"), "a2": either("w_commit_cmp", "w_cmp"),
-        "a3": col("op"), "a4": col("invoke_index"), "a5": col("complete_index"),
+        "a3": col("op"), "a4": col("invoke_index"), "a5": done[order],
         "a6": col("offset"), "value": col("value")})]
 
 

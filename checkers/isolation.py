@@ -109,7 +109,7 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
         out[a] = cov[c].array.take(first_seen, allow_fill=True)
     # A read_committed poll of the seen write: the first that returned its value.
     distinct, which, at = coverage.matches(pl)
-    rc = np.flatnonzero((at >= 0) & coverage.rc_reads(pl))
+    rc = np.flatnonzero((at >= 0) & pl.read_committed)
     none = np.iinfo(np.int64).max
     poll = np.full(len(distinct), none)
     np.minimum.at(poll, at[rc], rc)

@@ -166,6 +166,11 @@ class PartitionLog:
     def has_txn_reads(self) -> bool:
         return bool(self.reads["txn"].notna().any())
 
+    @cached_property
+    def read_committed(self) -> np.ndarray:
+        """Which of the reads are read_committed (numpy booleans), compared once."""
+        return equals(self.reads["isolation"], READ_COMMITTED)
+
     def memo(self, name: str, build):
         """A derived frame several checks share, computed once per partition."""
         if name not in self._memo:
@@ -293,7 +298,7 @@ class PartitionLog:
         return {"run": run[keep], "offset": offset[at],
                 "op": r["op"].to_numpy(dtype=float, na_value=np.nan)[at],
                 "rec": r["rec"].to_numpy(dtype=float, na_value=np.nan)[at],
-                "isolation": iso[keep], "rc": (iso == READ_COMMITTED)[keep],
+                "isolation": iso[keep], "rc": self.read_committed[at],
                 "retracted": retracted[at],
                 "start": gap_start[gap], "start_op": gap_start_op[gap]}, at
 
@@ -301,9 +306,9 @@ class PartitionLog:
     def runs(self) -> dict[str, np.ndarray]:
         """The reads of a known offset, each process's in its order (the order of its
         ops, and within a poll of its records), as equal-length arrays: run (its run's
-        number), offset, op, rec, isolation, rc (whether it is read_committed: compared
-        once here, not by each check), retracted (its transaction aborted), start
-        (its run's seek position, or NaN) and start_op (that seek's op)."""
+        number), offset, op, rec, isolation, rc (`read_committed`'s), retracted (its
+        transaction aborted), start (its run's seek position, or NaN) and start_op (that
+        seek's op)."""
         return self._runs[0]
 
     def run_read(self, i: int) -> dict:
