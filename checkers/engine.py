@@ -183,9 +183,8 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
     # Contiguous slices, instead of pandas' groupby over mixed keys. The converter
     # writes each partition's steps together, so usually no sort (a copy of every
     # column) is needed.
-    # Neighbours compared, not the topics hashed: a column's equal strings are mostly
-    # one object, which compares at once.
-    topic = steps["topic"].to_numpy(dtype=object)
+    # Neighbours compared by the topics' codes (steps_frame).
+    topic = steps["topic"].array.codes
     part = steps["partition"].to_numpy(dtype=float, na_value=-1.0)
 
     def cuts() -> np.ndarray:
@@ -272,7 +271,8 @@ def _bucket_files(directory) -> list[Path]:
 
 
 def _bucket_with(path, families) -> pd.DataFrame:
-    return run_all(read_frame(path), families)
+    strings = [f.name for f in pq.read_schema(path) if f.type == pa.string()]
+    return run_all(steps_frame(pq.read_table(path, read_dictionary=strings)), families)
 
 
 def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -289,12 +289,14 @@ def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
     return _frame(pq.read_table(path, columns=columns, read_dictionary=strings))
 
 
-def _frame(table: pa.Table) -> pd.DataFrame:
+def _frame(table: pa.Table, coded: bool = False) -> pd.DataFrame:
     """A table in pandas: dictionary columns of strings decoded by _decoded, integers
     and booleans copied once from Arrow's buffers (_masked)."""
     cols = {}
     for name, col in zip(table.column_names, table.columns):
-        if pa.types.is_dictionary(col.type):
+        if pa.types.is_dictionary(col.type) and coded:
+            cols[name] = pd.Series(_categorical(col), copy=False)
+        elif pa.types.is_dictionary(col.type):
             cols[name] = pd.Series(_decoded(col), dtype=object, copy=False)
         elif col.type in _MASKED:
             cols[name] = pd.Series(_masked(col), copy=False)
@@ -362,8 +364,37 @@ def _decoded(col: pa.ChunkedArray) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=object)
 
 
+def _categorical(col: pa.ChunkedArray) -> pd.Categorical:
+    """A dictionary column of strings as a pandas Categorical: its codes, and its
+    chunks' dictionaries made one."""
+    col = col.unify_dictionaries()
+    if not col.num_chunks:
+        return pd.Categorical([], categories=pd.Index([], dtype=object))
+    words = col.chunks[0].dictionary.to_numpy(zero_copy_only=False)
+    codes = np.empty(len(col), np.int32)
+    at = 0
+    for chunk in col.chunks:
+        n = len(chunk)
+        if chunk.null_count == n:
+            codes[at:at + n] = -1
+        else:
+            codes[at:at + n] = chunk.indices.fill_null(-1).to_numpy()
+        at += n
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(pd.Index(words, dtype=object)),
+                                     validate=False)
+
+
+def steps_frame(steps: pa.Table) -> pd.DataFrame:
+    """A bucket's steps in pandas, as the per-partition checks take them: strings as
+    pandas Categoricals (their codes, and the distinct strings once), not as a Python
+    object per step."""
+    coded = [pc.dictionary_encode(col) if col.type == pa.string() else col
+             for col in steps.columns]
+    return _frame(pa.table(coded, names=steps.column_names), coded=True)
+
+
 def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
-    return run_all(_frame(steps), families)
+    return run_all(steps_frame(steps), families)
 
 
 # A pass's rows, apart: (anomalies, facts) of OUT_SCHEMA, the anomalies a conformed

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog, each_row, equals
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("isolation")
@@ -31,7 +31,7 @@ def aborted_reads(pl: PartitionLog) -> list[dict]:
     exactly the known-bad configuration the harness must catch."""
     r = pl.reads[equals(pl.reads["status"], ABORTED, FAILED)]
     out = []
-    for _, x in r.iterrows():
+    for x in each_row(r):
         why = (f"whose send (op {num(x['w_op'])}) failed" if x["status"] == FAILED
                else f"of aborted transaction {x['w_txn']}")
         out.append(_read_record("aborted_read", x, f"{x['isolation']} poll read value "
@@ -55,7 +55,7 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
                 & r["w_txn"].iloc[rows].notna().to_numpy(dtype=bool)
                 & equals(r["w_txn_outcome"].iloc[rows], COMMITTED, UNKNOWN)]
     out = []
-    for _, x in r.iloc[rows].iterrows():
+    for x in each_row(r.iloc[rows]):
         rec = _read_record("precommitted_read", x,
                            f"read value {num(x['value'])} of {x['w_txn']} (poll done at index "
                            f"{num(x['complete_index'])}) before its commit_txn was invoked "

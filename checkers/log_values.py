@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals, first_of_each
+from .partlog import PartitionLog, each_row, equals, first_of_each
 
 TYPES = of_family("log_values")
 
@@ -109,7 +109,7 @@ def unattributed(pl: PartitionLog) -> list[dict]:
              "txn": row["txn"], "witnesses": witnesses((row["op"], "reader")),
              "detail": f"{row['process']} read value {num(row['value'])} at offset "
                        f"{num(row['offset'])}, which no send wrote"}
-            for _, row in r.iterrows()]
+            for row in each_row(r)]
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog, each_row, equals
 from .tables import COMMITTED
 
 TYPES = of_family("loss")
@@ -42,7 +42,7 @@ def lost_writes(cov: pd.DataFrame) -> list[dict]:
                & cov["cov_any"].to_numpy()]
     return [_record("lost_write", w, f"acknowledged value {num(w['value'])} {_where(w)} "
                     f"was never read, though {w['cover']}", (w["cover_op"], "reader"))
-            for _, w in lost.iterrows()]
+            for w in each_row(lost)]
 
 
 def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
@@ -60,7 +60,7 @@ def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
                   | cov["beyond_high"].to_numpy())]
     out = []
     marks = num(pl.watermarks.iloc[-1]["op"]) if len(pl.watermarks) else None
-    for _, w in gone.iterrows():
+    for w in each_row(gone):
         why = (f"its offset is at or past the final high watermark {int(w['high'])}"
                if w["beyond_high"] else f"final reads went over it: {w['fcover']}")
         out.append(_record("unseen", w, f"acknowledged value {num(w['value'])} {_where(w)} "

@@ -32,10 +32,14 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
         if w.empty:
             return pd.DataFrame(columns=cols)
         w["hi_key"] = w["hi"].fillna(np.inf)
-        g = w.groupby("txn", sort=False)
-        first = w.loc[g["lo"].idxmin()].set_index("txn")
-        last = w.loc[g["hi_key"].idxmax()].set_index("txn")
+        # Grouped by the transactions' codes (the steps' strings are Categoricals):
+        # pandas' grouping by a Categorical recodes it, and its index hashes every name.
+        w["code"] = w["txn"].array.codes
+        g = w.groupby("code", sort=False)
+        first = w.loc[g["lo"].idxmin()].set_index("code")
+        last = w.loc[g["hi_key"].idxmax()].set_index("code")
         out = pd.DataFrame({
+            "txn": w["txn"].cat.categories.to_numpy(dtype=object)[g["lo"].min().index],
             "process": g["process"].first(), "lo": g["lo"].min(),
             "hi": g["hi_key"].max().replace(np.inf, np.nan),
             "sure_lo": g["hi"].min(), "sure_hi": g["lo"].max(),
@@ -44,7 +48,9 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
             out[f"{side}_op"] = src["op"]
             out[f"{side}_inv"] = src["invoke_index"]
             out[f"{side}_cmp"] = src["complete_index"]
-        return out.rename_axis("txn").reset_index().sort_values("lo").reset_index(drop=True)[cols]
+        out = out.sort_values("lo").reset_index(drop=True)
+        # Plain strings: the steps' categories stay in the steps.
+        return out.astype({"process": object})[cols]
     return pl.memo("writer_spans", build)
 
 
@@ -58,7 +64,7 @@ def readers(pl: PartitionLog) -> pd.DataFrame:
     r = r[["txn", "process", "offset", "op", "invoke_index", "complete_index"]].take(rows)
     if r.empty:
         return pd.DataFrame(columns=["txn", "process", "hi", "hi_op", "hi_inv", "hi_cmp"])
-    top = r.loc[r.groupby("txn", sort=False)["offset"].idxmax()]
+    top = r.loc[r.groupby(r["txn"].array.codes, sort=False)["offset"].idxmax()]
     return pd.DataFrame({"txn": top["txn"].to_numpy(), "process": top["process"].to_numpy(),
                          "hi": top["offset"].to_numpy(dtype=float),
                          "hi_op": top["op"].to_numpy(), "hi_inv": top["invoke_index"].to_numpy(),
