@@ -64,8 +64,8 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
 
     # The final watermarks bound every write acknowledged before they were read.
     high = np.full(n, np.nan)
-    if len(pl.watermarks) and n:
-        last = pl.watermarks.iloc[-1]
+    last = pl.last_watermarks
+    if last is not None and n:
         done = w["complete_index"].to_numpy(dtype=float, na_value=np.nan)
         if pd.notna(last["high"]):
             high[done < float(last["invoke_index"])] = float(last["high"])

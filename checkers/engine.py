@@ -271,8 +271,14 @@ def _bucket_files(directory) -> list[Path]:
 
 
 def _bucket_with(path, families) -> pd.DataFrame:
+    return run_all(read_steps(path), families)
+
+
+def read_steps(path) -> pd.DataFrame:
+    """A bucket file's steps as steps_frame makes them, its strings read as the file's
+    dictionaries (their codes are the Categoricals' codes)."""
     strings = [f.name for f in pq.read_schema(path) if f.type == pa.string()]
-    return run_all(steps_frame(pq.read_table(path, read_dictionary=strings)), families)
+    return steps_frame(pq.read_table(path, read_dictionary=strings))
 
 
 def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -290,8 +296,9 @@ def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
 
 
 def _frame(table: pa.Table, coded: bool = False) -> pd.DataFrame:
-    """A table in pandas: dictionary columns of strings decoded by _decoded, integers
-    and booleans copied once from Arrow's buffers (_masked)."""
+    """A table in pandas: dictionary columns of strings decoded by _decoded (coded:
+    Categoricals, _categorical), integers and booleans copied once from Arrow's
+    buffers (_masked)."""
     cols = {}
     for name, col in zip(table.column_names, table.columns):
         if pa.types.is_dictionary(col.type) and coded:

@@ -88,9 +88,9 @@ def _given_up(row) -> bool:
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     """unrecovered_partition: the last watermarks read have no high watermark for the
     partition (the harness records null when no leader answered for it)."""
-    if pl.watermarks.empty or pd.notna(pl.watermarks.iloc[-1]["high"]):
+    last = pl.last_watermarks
+    if last is None or pd.notna(last["high"]):
         return []
-    last = pl.watermarks.iloc[-1]
     cov = coverage.of(pl)
     unread = int(((cov["status"] == COMMITTED) & ~cov["seen_final"]).sum()) if len(cov) else 0
     return [engine.anomalies([{

@@ -59,7 +59,7 @@ def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
                & ((cov["has_final"].to_numpy() & cov["cov_final"].to_numpy())
                   | cov["beyond_high"].to_numpy())]
     out = []
-    marks = num(pl.watermarks.iloc[-1]["op"]) if len(pl.watermarks) else None
+    marks = None if pl.last_watermarks is None else num(pl.last_watermarks["op"])
     for w in each_row(gone):
         why = (f"its offset is at or past the final high watermark {int(w['high'])}"
                if w["beyond_high"] else f"final reads went over it: {w['fcover']}")
@@ -77,9 +77,9 @@ def hanging(pl: PartitionLog) -> list[dict]:
     offset is where the earliest open transaction's first record lies: the write known
     at that offset names the open transaction and its producer; else the transactional
     writes that did not commit and may lie there are named as candidates."""
-    if pl.watermarks.empty:
+    last = pl.last_watermarks
+    if last is None:
         return []
-    last = pl.watermarks.iloc[-1]
     if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
         return []
     lso = float(last["lso"])

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import VIS_RC, PartitionLog, equals
+from .partlog import VIS_RC, PartitionLog, equals, row_at
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("pipeline")
@@ -56,7 +56,7 @@ def _inputs(pl: PartitionLog) -> pd.DataFrame:
     piped = pl.reads["offset"][pl.reads["txn"].notna().to_numpy(dtype=bool)]
     if sent.empty or piped.empty:
         return engine.facts(INPUT, pd.DataFrame())
-    c = sent.loc[sent["offset"].astype(float).idxmax()]
+    c = row_at(sent, int(np.argmax(sent["offset"].to_numpy(dtype=float))))
     start = piped.min()
     rl = pl.read_log
     is_input = ((rl["vis"] == VIS_RC).to_numpy(dtype=bool)

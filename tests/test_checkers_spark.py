@@ -231,32 +231,48 @@ def test_steps_made_a_slice_at_a_time_are_the_same_steps(sink, tmp_path, monkeyp
 
 def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_path,
                                                                       monkeypatch):
-    """The pass reads a bucket's strings as the file's dictionaries (engine.read_frame):
-    the same frame as Arrow's own conversion, every string a str or None, across row
-    groups that each have a dictionary of their own; and so for some columns of a
-    table."""
+    """The pass reads a bucket's strings as the file's dictionaries (engine.read_steps)
+    and makes them Categoricals; the end-to-end check codes the same steps from Arrow's
+    strings (engine.steps_frame). Both hold what Arrow's own conversion holds, across
+    row groups that each have a dictionary of their own, with one set of categories
+    per column."""
     monkeypatch.setattr(spool, "SOURCE_SLICE", 3)
     tables = read_parquet(convert(sink, tmp_path / "tables"))
     files = engine._bucket_files(tables.dir)
     assert any(pq.ParquetFile(f).num_row_groups > 1 for f in files)
     strings = [f.name for f in SCHEMAS["steps"] if f.type == pa.string()]
     for f in files:
-        ours = engine.read_frame(f)
         arrows = pq.read_table(f).to_pandas(types_mapper=engine._ARROW_TYPES)
-        assert ours.equals(arrows) and list(ours.dtypes) == list(arrows.dtypes)
-        for name in strings:
-            assert {type(v) for v in ours[name]} <= {str, type(None)}, name
-        assert (ours[strings].isna() == arrows[strings].isna()).all().all()
-    # Some columns of a table that is one file: the ops liveness reads.
+        for ours in (engine.read_steps(f), engine.steps_frame(pq.read_table(f))):
+            assert list(ours.columns) == list(arrows.columns)
+            for name in strings:
+                col = ours[name]
+                assert isinstance(col.dtype, pd.CategoricalDtype), name
+                assert col.cat.categories.is_unique, name
+                plain = col.astype(object).where(col.notna(), None)
+                assert plain.tolist() == arrows[name].tolist(), name
+            rest = [c for c in arrows.columns if c not in strings]
+            assert ours[rest].equals(arrows[rest])
+            assert list(ours[rest].dtypes) == list(arrows[rest].dtypes)
+
+
+def test_a_table_read_with_its_dictionaries_is_what_arrow_gives(sink, tmp_path):
+    """Other tables (the ops liveness reads) come as Python strings (engine.read_frame):
+    the same frame as Arrow's own conversion, every string a str or None."""
+    tables = read_parquet(convert(sink, tmp_path / "tables"))
     ops, cols = Path(tables.dir) / "ops.parquet", ["process", "op", "txn", "final", "group"]
     some = engine.read_frame(ops, cols)
     assert list(some.columns) == cols and len(some)
     assert some.equals(pq.read_table(ops, columns=cols).to_pandas(
         types_mapper=engine._ARROW_TYPES))
+    for name in ("process", "txn", "group"):
+        assert {type(v) for v in some[name]} <= {str, type(None)}, name
     empty = tmp_path / "empty.parquet"
     pq.write_table(SCHEMAS["steps"].empty_table(), empty)
     assert engine.read_frame(empty).columns.tolist() == SCHEMAS["steps"].names
     assert engine.read_frame(empty).empty
+    assert engine.read_steps(empty).columns.tolist() == SCHEMAS["steps"].names
+    assert engine.read_steps(empty).empty
 
 
 def test_integers_and_booleans_come_out_of_arrow_as_pandas_converts_them():
