@@ -244,7 +244,8 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     if pl.offsets.empty:
         return []
     o = pl.offsets
-    gcode, names = pd.factorize(o["group"], sort=True)
+    # The groups in the order of their names (a Categorical would sort by its codes).
+    gcode, names = pd.factorize(o["group"].to_numpy(dtype=object), sort=True)
     if len(names):
         st = _Steps(o)
         seeks = _Seeks(pl.positions)

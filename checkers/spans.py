@@ -38,9 +38,10 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
         g = w.groupby("code", sort=False)
         first = w.loc[g["lo"].idxmin()].set_index("code")
         last = w.loc[g["hi_key"].idxmax()].set_index("code")
+        lo = g["lo"].min()
         out = pd.DataFrame({
-            "txn": w["txn"].cat.categories.to_numpy(dtype=object)[g["lo"].min().index],
-            "process": g["process"].first(), "lo": g["lo"].min(),
+            "txn": w["txn"].cat.categories.to_numpy(dtype=object)[lo.index],
+            "process": g["process"].first(), "lo": lo,
             "hi": g["hi_key"].max().replace(np.inf, np.nan),
             "sure_lo": g["hi"].min(), "sure_hi": g["lo"].max(),
             "t_begin": g["t_begin"].first(), "t_done": g["t_done"].first()})

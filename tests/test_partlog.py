@@ -1,12 +1,20 @@
 """The ordering keys a partition's checks sort, merge and deduplicate its steps by."""
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pandas as pd
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from onceproof.checkers import engine
+from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.partlog import PartitionLog, _keys, first_of_each, sort_order
+from onceproof.checkers.store import convert
+from onceproof.checkers.verdict import FAMILIES
+from tests.support.synth.clients import synthesize, write_history
+from tests.support.synth.scenarios import inject
 
 SMALL = st.integers(-1, 50)
 # Spans whose product passes 2**62: the keys are then ranks, not folded values.
@@ -54,3 +62,33 @@ def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
             "invoke_index": [1, 2, 3, 4], "offset": [5, 5, 6, 6], "value": [*values, 7, 7],
             "vis": [2] * 4}))
         assert pl.read_log[["offset", "value"]].values.tolist() == [[6, 7]]
+
+
+_ON_THE_DRIVER = {"g0", "g1c", "g_single", "torn_txn", "duplicate_output", "lost_input",
+                  "late_return", "unreadable_offsets"}
+
+
+def test_no_check_depends_on_the_order_of_a_columns_categories(tmp_path):
+    """The steps' strings are Categoricals whose categories come in the order the
+    file's dictionaries met them (engine.steps_frame); pandas orders a Categorical by
+    that order when it sorts, factorizes with sort=True or groups it. Every check must
+    judge by the strings: with every column's categories reversed, each bucket of a
+    history holding each anomaly gives the same rows."""
+    judged: set[str] = set()
+    for kind in TYPES:
+        events = inject(synthesize(11, ops=60, partitions=2), kind, random.Random(11))
+        out = convert(write_history(events, tmp_path / f"{kind}.jsonl"), tmp_path / kind)
+        for f in engine._bucket_files(out):
+            steps = engine.read_steps(f)
+            flipped = steps.copy()
+            for name in steps.columns:
+                if isinstance(steps[name].dtype, pd.CategoricalDtype):
+                    cats = steps[name].cat.categories
+                    flipped[name] = steps[name].cat.reorder_categories(cats[::-1])
+            assert (flipped["kind"].array.codes != steps["kind"].array.codes).any()
+            rows = engine.run_all(steps, FAMILIES)
+            pd.testing.assert_frame_equal(engine.run_all(flipped, FAMILIES), rows)
+            judged |= set(rows.loc[rows["row"] == engine.ANOMALY, "type"])
+    # Evidence the rows held anomalies: every type but those judged on the driver from
+    # facts or ops (cycles, torn transactions, pipelines, late calls, fetches).
+    assert judged == set(TYPES) - _ON_THE_DRIVER
