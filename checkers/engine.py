@@ -454,8 +454,9 @@ class Facts:
         frames = []
         for part in self._parts:
             if isinstance(part, pa.Table):
-                picked = part.filter(pc.is_in(part["row"], pa.array(names, pa.string())))
-                frames.append(_pandas(picked if keep is None else picked.select(keep)))
+                mine = pc.is_in(part["row"], pa.array(names, pa.string()))
+                # The columns picked before the rows: a filter copies every column it keeps.
+                frames.append(_pandas((part if keep is None else part.select(keep)).filter(mine)))
             else:
                 mask = equals(part["row"], *names)
                 frames.append(part[mask] if keep is None else part.loc[mask, keep])
