@@ -308,7 +308,7 @@ class PartitionLog:
         rcode, pcode = codes[:nr][r_order], codes[nr:][p_order]
         prev_code = np.r_[-2, rcode][:nr]
         prev_code[pos_before] = pcode[gap_pos[pos_before]]
-        iso = sorted_codes(r["isolation"])[0][r_order]
+        iso = r["isolation"].array.codes[r_order]  # compared with neighbours only
         fin = r["final"].fillna(False).to_numpy(dtype=bool)[r_order]
         # A run starts at every position step, at a change of process, and at a change
         # of isolation or of the final flag between two reads.
