@@ -348,19 +348,19 @@ class _Graph:
     offsets as arrays) and the edges they witness (one per src, dst, kind), as node
     codes."""
 
-    def __init__(self, e: pd.DataFrame, codes: np.ndarray, ordered: bool = False):
-        """codes: each row's (src, dst) node codes (_node_codes); ordered: the rows are
-        in _Graph's order already."""
-        if not ordered:
-            # By src, dst, kind, topic, partition (missing last), stable: pandas'
-            # sort_values of those object columns, as one sort of integer keys.
-            order = sort_order(*(_ranks(e[c]) for c in ("partition", "topic", "kind")),
-                               codes[:, 1], codes[:, 0])
-            e, codes = e.take(order), codes[order]
+    def __init__(self, e: pd.DataFrame, codes: np.ndarray, rows: np.ndarray | None = None):
+        """codes: each row's (src, dst) node codes (_node_codes); rows: the rows of e
+        the graph holds (default all)."""
+        # By src, dst, kind, topic, partition (missing last), stable: pandas'
+        # sort_values of those object columns, as one sort of integer keys. The rows
+        # picked and sorted by one take: each is a copy of every column.
+        rows = np.arange(len(e)) if rows is None else rows
+        order = rows[sort_order(*(_ranks(e[c])[rows] for c in ("partition", "topic", "kind")),
+                                codes[rows, 1], codes[rows, 0])]
+        e, codes = e.take(order), codes[order]
         e.index = pd.RangeIndex(len(e))  # e is always a copy of its own here
         self.e = e
         self._cols: dict | None = None
-        self._objects: dict | None = None
         self.codes = codes
         self.w_src, self.w_dst = codes[:, 0], codes[:, 1]
         self.w_kind = self.e["kind"].to_numpy(dtype=object)
@@ -383,15 +383,23 @@ class _Graph:
         idx = np.arange(lens.sum()) - np.repeat(first, lens) + np.repeat(self.start[ids], lens)
         return idx, np.repeat(np.arange(len(ids)), lens)
 
-    def report(self, type: str, edges: list[int], procs: dict) -> dict:
-        """_report of the cycle of edges, from the graph's arrays: thousands of cycles
-        cost no frame each."""
-        idx, steps = self._witnesses(edges)
-        cols = self._plain()
-        blame = _blame_of(tuple(a[idx] for a in self.win), self.w_kind[idx],
-                          cols["topic"][idx].tolist(), cols["partition"][idx].tolist(), steps)
-        return _reported(type, blame, steps.tolist(),
-                         lambda col, rows: cols[col][idx[rows]].tolist(), procs)
+    def reports(self, cycles: list[tuple[str, list[int]]], procs: dict) -> list[dict]:
+        """_report of each (type, cycle of edges), from the graph's arrays: thousands of
+        cycles cost no frame each."""
+        found = [self._witnesses(edges) for _, edges in cycles]
+        if not found:
+            return []
+        # Only the witnesses shown, made plain: at 10M events 50k of 1.1M rows.
+        rows = np.unique(np.concatenate([idx for idx, _ in found]))
+        cols = self._plain(rows)
+        out = []
+        for (type, _), (idx, steps) in zip(cycles, found):
+            at = np.searchsorted(rows, idx)
+            blame = _blame_of(tuple(a[idx] for a in self.win), self.w_kind[idx],
+                              cols["topic"][at].tolist(), cols["partition"][at].tolist(), steps)
+            out.append(_reported(type, blame, steps.tolist(),
+                                 lambda col, picked, at=at: cols[col][at[picked]].tolist(), procs))
+        return out
 
     def rows(self, edges: list[int]) -> pd.DataFrame:
         """The witnesses of a cycle of edges, with their step."""
@@ -407,14 +415,12 @@ class _Graph:
             self._cols = {name: self.e[name].array for name in self.e.columns}
         return self._cols
 
-    def _plain(self) -> dict[str, np.ndarray]:
-        """The columns a report shows, as object arrays with None for a missing value:
-        a nullable array's take and tolist cost tens of microseconds a call, and a
-        history may have thousands of cycles of ten columns each."""
-        if self._objects is None:
-            self._objects = {name: self.e[name].to_numpy(dtype=object, na_value=None)
-                             for name in _SHOWN}
-        return self._objects
+    def _plain(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The columns a report shows at `rows`, as object arrays with None for a missing
+        value: a nullable array's take and tolist cost tens of microseconds a call, and
+        a history may have thousands of cycles of ten columns each."""
+        return {name: self.e[name].array.take(rows).to_numpy(dtype=object, na_value=None)
+                for name in _SHOWN}
 
     def implied(self, comp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """ww edges that chains of ww witnesses in one partition imply and no real-time
@@ -492,20 +498,17 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     """Anomaly records (anomaly.COLUMNS) for the cycles in edge list e (witnesses: an
     edge may have several, in several partitions; all of them hold)."""
     procs = procs or {}
-    out: list[dict] = []
     if e.empty:
-        return engine.anomalies(out)
+        return engine.anomalies([])
     # A fixed order, so the cycles reported do not depend on how partitions were
     # scheduled (Spark or local, any number of tasks).
     codes, n = _node_codes(e)
-    gr = _Graph(e, codes)
-    full = graph.strongly_connected(n, gr.src, gr.dst)
-    inner = full[gr.src] == full[gr.dst]
-    if not (inner & np.isin(full[gr.src], graph.nontrivial(full))).any():
-        return engine.anomalies(out)
-    # Only edges inside a component can be on a cycle.
-    keep = np.repeat(inner, gr.end - gr.start)
-    gr = _Graph(gr.e[keep], gr.codes[keep], ordered=True)
+    full = graph.strongly_connected(n, codes[:, 0], codes[:, 1])
+    inner = full[codes[:, 0]] == full[codes[:, 1]]
+    if not (inner & np.isin(full[codes[:, 0]], graph.nontrivial(full))).any():
+        return engine.anomalies([])
+    # Only edges inside a component can be on a cycle: the graph holds only those.
+    gr = _Graph(e, codes, np.flatnonzero(inner))
 
     def comps(mask):
         ids = np.flatnonzero(mask)
@@ -541,8 +544,10 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     src, dst, bad = gr.src, gr.dst, gr.bad
     adj = graph.csr(n, src, dst)
 
+    found: list[tuple[str, list[int]]] = []  # reported at the end, all at once
+
     def report(type, edges):
-        out.append(gr.report(type, edges, procs))
+        found.append((type, edges))
 
     def search(type, comp, mask, wanted, via, tries=1, done=(), through_bad=True):
         """In each nontrivial component of the subgraph of `mask` edges, close a cycle
@@ -607,7 +612,7 @@ def find_cycles(e: pd.DataFrame, procs: dict | None = None) -> pd.DataFrame:
     # A component may hold rw edges none of which closes with ww/wr edges alone.
     search("g_single", full, np.ones(len(src), dtype=bool), rw, ~rw, tries=_RW_TRIES,
            done=done, through_bad=False)
-    return engine.anomalies(out)
+    return engine.anomalies(gr.reports(found, procs))
 
 
 def finish(facts: pd.DataFrame) -> pd.DataFrame:
