@@ -70,13 +70,15 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
 
 
 def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
-    kept = ~pl.runs["retracted"]
+    retracted = pl.runs["retracted"]
+    # Every read kept (a partition with no aborts): the arrays as they are, not copied.
+    kept = slice(None) if not retracted.any() else ~retracted
     eff = reads[kept]
     if not len(eff):
         return
     runs, op_at, rec_at = pl.runs["run"], pl.runs["op"], pl.runs["rec"]
     run = runs[kept]
-    offs = pl.runs["offset"][kept].astype(np.int64)
+    offs = pl.runs["offset"][kept].astype(np.int64, copy=False)
     iso, is_rc = pl.runs["isolation"][kept], pl.runs["rc"][kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
@@ -107,10 +109,12 @@ def _inside_aborts(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None
     position moved. Consecutive reads of one run, one of them retracted by an abort,
     are held to the same order as any others (the pairs without a retracted read are
     _pairs' already)."""
+    retracted = pl.runs["retracted"]
+    if not retracted.any():  # no such pair: most partitions, and every one of no aborts
+        return
     run = pl.runs["run"]
     offs = pl.runs["offset"].astype(np.int64)
     iso, is_rc = pl.runs["isolation"], pl.runs["rc"]
-    retracted = pl.runs["retracted"]
     pair = np.r_[False, (run[1:] == run[:-1]) & (retracted[1:] | retracted[:-1])]
     a = np.r_[0, offs[:-1]]
     ops = pl.runs["op"]

@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .partlog import PartitionLog, equals
+from .partlog import NONE, PartitionLog, equals
 from .tables import COMMITTED, READ_COMMITTED
-
-_NONE = np.iinfo(np.int64).min  # stands for a missing value in integer arrays
 
 
 def _scan_text(scan) -> str:
@@ -45,14 +43,14 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     out["offset"], out["lo"], out["hi"] = known, lo, hi
 
     r = pl.reads
-    values = w["value"].to_numpy(dtype=np.int64, na_value=_NONE)
-    distinct, which, at = matches(pl)
+    values = w["value"].to_numpy(dtype=np.int64, na_value=NONE)
+    distinct, which, at = pl.value_matches
     matched = at >= 0
 
     def seen(mask):
         hit = np.zeros(len(distinct), dtype=bool)
         hit[at[matched & mask]] = True
-        return hit[which] & (values != _NONE)
+        return hit[which] & (values != NONE)
     seen_any = out["seen_any"] = seen(np.ones(len(r), dtype=bool))
     out["seen_rc"] = seen(pl.read_committed)
     seen_final = out["seen_final"] = seen(r["final"].to_numpy(dtype=bool, na_value=False))
@@ -89,19 +87,6 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     out["cover_op"], out["fcover_op"] = cover_op, fcover_op
     # Not copied: the frame is only read (writes' columns among it are shared with pl).
     return pd.DataFrame(out, copy=False)
-
-
-def matches(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct values written (a missing one as _NONE), which of them each write
-    wrote, and which of them each read returned (-1: none), computed once: each read
-    is matched by hash once, for every kind of read and every check."""
-    def build():
-        # Exact integers: values need not fit a float's 53 bits.
-        values = pl.writes["value"].to_numpy(dtype=np.int64, na_value=_NONE)
-        distinct, which = np.unique(values, return_inverse=True)
-        read = pl.reads["value"].to_numpy(dtype=np.int64, na_value=_NONE)
-        return distinct, which, pd.Index(distinct).get_indexer(read)
-    return pl.memo("matches", build)
 
 
 def of(pl: PartitionLog) -> pd.DataFrame:

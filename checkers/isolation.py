@@ -108,7 +108,7 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     for a, c in (("a1", "offset"), ("a2", "value"), ("a3", "op")):
         out[a] = cov[c].array.take(first_seen, allow_fill=True)
     # A read_committed poll of the seen write: the first that returned its value.
-    distinct, which, at = coverage.matches(pl)
+    distinct, which, at = pl.value_matches
     rc = np.flatnonzero((at >= 0) & pl.read_committed)
     none = np.iinfo(np.int64).max
     poll = np.full(len(distinct), none)

@@ -51,6 +51,7 @@ WRITE, READ, POSITION, WATERMARK, OFFSET = "w", "r", "p", "m", "o"
 KINDS = (WRITE, READ, POSITION, OFFSET, WATERMARK)
 # Visibility of a read value (vis): to read_committed readers, to read_uncommitted only.
 VIS_RC, VIS_RU, VIS_NONE = 2, 1, 0
+NONE = np.iinfo(np.int64).min  # stands for a missing value in integer arrays
 
 
 def typed(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -386,25 +387,36 @@ class PartitionLog:
     # ------------------------------------------------------------------ write offsets
 
     @cached_property
+    def value_matches(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct values written (a missing one as NONE), which of them each write
+        wrote, and which of them each read returned (-1: none), computed once: each read
+        is matched by hash once, for every kind of read and every check."""
+        # Exact integers: values need not fit a float's 53 bits.
+        values = self.writes["value"].to_numpy(dtype=np.int64, na_value=NONE)
+        distinct, which = np.unique(values, return_inverse=True)
+        read = self.reads["value"].to_numpy(dtype=np.int64, na_value=NONE)
+        return distinct, which, pd.Index(distinct).get_indexer(read)
+
+    @cached_property
     def write_bounds(self) -> pd.DataFrame:
         """Per write: known (offset or NA), lo, hi (NA when unbounded above)."""
         w = self.writes
         known_np = w["offset"].to_numpy(dtype=float, na_value=np.nan)
-        # A write without an offset of its own is where a read first saw its value: look
-        # up only those writes' values among the reads (exact integers, by hash).
+        # A write without an offset of its own is where a read first saw its value (a
+        # read of a known offset).
         need = np.isnan(known_np) & w["value"].notna().to_numpy(dtype=bool)
         if need.any():
-            r = self.reads
-            wanted = w["value"].to_numpy(dtype=np.int64, na_value=0)[need]
-            values = pd.Index(np.unique(wanted))
-            at = values.get_indexer(r["value"].to_numpy(dtype=np.int64, na_value=0))
-            at[(r["value"].isna() | r["offset"].isna()).to_numpy(dtype=bool)] = -1
-            hit = at >= 0
-            first = np.full(len(values), np.iinfo(np.int64).max)
-            np.minimum.at(first, at[hit], r["offset"].to_numpy(dtype=np.int64, na_value=0)[hit])
-            was_read = np.zeros(len(values), dtype=bool)
+            distinct, which, at = self.value_matches
+            wanted = np.zeros(len(distinct), dtype=bool)
+            wanted[which[need]] = True
+            hit = np.flatnonzero(at >= 0)
+            hit = hit[wanted[at[hit]] & self.reads["offset"].notna().to_numpy(dtype=bool)[hit]]
+            first = np.full(len(distinct), np.iinfo(np.int64).max)
+            np.minimum.at(first, at[hit],
+                          self.reads["offset"].to_numpy(dtype=np.int64, na_value=0)[hit])
+            was_read = np.zeros(len(distinct), dtype=bool)
             was_read[at[hit]] = True
-            k = values.get_indexer(wanted)
+            k = which[need]
             known_np[need] = np.where(was_read[k], first[k].astype(float), np.nan)
         known = pd.Series(pd.array(known_np, dtype="Float64"), index=w.index)
         inv = w["invoke_index"].to_numpy(dtype=np.int64)
