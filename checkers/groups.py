@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog, equals, name_ranks
 from .tables import COMMITTED, UNKNOWN
 
 TYPES = of_family("groups")
@@ -53,7 +53,7 @@ class _Steps:
         self.committed = equals(status, COMMITTED)
         self.unknown = equals(status, UNKNOWN)
         self.proc = o["process"].to_numpy(dtype=object)
-        self.pcode = pd.factorize(self.proc, sort=True)[0]
+        self.pcode = name_ranks(o["process"], np.arange(len(o)))
         self.commit = (equals(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
                        & (~self.committed | ~cmp_na))
         self.fetch = equals(o["f"], "fetch_offsets") & ~complete_na

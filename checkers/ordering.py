@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import coverage, engine, spans
 from .anomaly import VIOLATION, num, of_family, witnesses
-from .partlog import PartitionLog, equals, sort_order
+from .partlog import PartitionLog, equals, name_ranks, sort_order
 from .tables import COMMITTED
 
 TYPES = of_family("ordering")
@@ -36,10 +36,9 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     # In order of process, transaction ("" outside one), invoke_index and rec, missing
     # ones last, as pandas' sort_values by those columns orders them, but sorted by
     # numpy codes: pandas makes a categorical of each column first.
-    pcode, procs = pd.factorize(w["process"].to_numpy(dtype=object)[rows], sort=True)
-    pcode[pcode < 0] = len(procs)
-    txn = w["txn"].to_numpy(dtype=object)[rows]
-    tcode = pd.factorize(np.where(pd.isna(txn), "", txn), sort=True)[0]
+    pcode = name_ranks(w["process"], rows)
+    pcode[pcode < 0] = pcode.max() + 1
+    tcode = name_ranks(w["txn"], rows, empty_is_missing=True)  # sorts as "", first
     order = sort_order(*(_missing_last(w[c].array[rows]) for c in ("rec", "invoke_index")),
                        tcode, pcode)
     pcode, tcode = pcode[order], tcode[order]

@@ -108,6 +108,23 @@ def sorted_codes(*cols: pd.Series) -> list[np.ndarray]:
     return [rank[c.array.codes] for c in cols]
 
 
+def name_ranks(col: pd.Series, rows: np.ndarray, empty_is_missing: bool = False) -> np.ndarray:
+    """The values of a Categorical column of strings at `rows` as pd.factorize's codes
+    with sort=True (their places among the distinct values there, by name; -1 where
+    missing), from the codes: only the names in use are sorted, and no Python object is
+    made per row. With empty_is_missing, an empty name is missing too."""
+    codes = col.array.codes[rows].astype(np.int64)
+    names = col.cat.categories.to_numpy(dtype=object)
+    if empty_is_missing:
+        codes[np.isin(codes, np.flatnonzero(names == ""))] = -1
+    used, at = np.unique(codes, return_inverse=True)
+    known = used >= 0  # -1, when there, is used[0]
+    rank = np.full(len(used), -1, dtype=np.int64)
+    rank[np.flatnonzero(known)[np.argsort(names[used[known]], kind="stable")]] = \
+        np.arange(int(known.sum()))
+    return rank[at]
+
+
 def row_at(frame: pd.DataFrame, i: int) -> dict:
     """Row i (a place, not a label) of a frame as a dict, taken column by column: pandas
     makes a row of the steps' Categoricals by hashing every category (every

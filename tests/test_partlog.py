@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from onceproof.checkers import engine
 from onceproof.checkers.anomaly import TYPES
-from onceproof.checkers.partlog import PartitionLog, _keys, first_of_each, sort_order
+from onceproof.checkers.partlog import (
+    PartitionLog,
+    _keys,
+    first_of_each,
+    name_ranks,
+    sort_order,
+)
 from onceproof.checkers.store import convert
 from onceproof.checkers.verdict import FAMILIES
 from tests.support.synth.clients import synthesize, write_history
@@ -49,6 +55,25 @@ def test_first_of_each_keeps_the_rows_drop_duplicates_keeps(rows):
     cols = _columns(rows)
     frame = pd.DataFrame(dict(enumerate(cols)))
     assert np.flatnonzero(first_of_each(*cols)).tolist() == frame.drop_duplicates().index.tolist()
+
+
+NAMES = st.lists(st.sampled_from(["", "a", "b", "ab", "B", "t-10", "t-9"]) | st.none(),
+                 max_size=20)
+
+
+@given(NAMES, st.lists(st.integers(0, 19), max_size=20), st.booleans())
+def test_name_ranks_are_factorize_sort_true_codes_whatever_the_categories_order(
+        names, picks, reverse):
+    cat = pd.Series(names, dtype="category")
+    if reverse:  # categories in an order other than their names'
+        cat = cat.cat.reorder_categories(cat.cat.categories[::-1])
+    rows = np.array([p for p in picks if p < len(names)], dtype=np.int64)
+    values = np.array(names, dtype=object)[rows]
+    want = pd.factorize(values, sort=True)[0]
+    assert name_ranks(cat, rows).tolist() == want.tolist()
+    empty_as_none = np.array([None if v == "" else v for v in values], dtype=object)
+    assert name_ranks(cat, rows, empty_is_missing=True).tolist() == \
+        pd.factorize(empty_as_none, sort=True)[0].tolist()
 
 
 def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
