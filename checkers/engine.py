@@ -236,7 +236,7 @@ def partition_pass(tables, families):
     tasks = max(1, min(n, tables.spark.sparkContext.defaultParallelism))
 
     def task(batches):
-        memory.keep_freed()  # this Python worker checks one bucket after another
+        memory.for_checking()  # this Python worker checks one bucket after another
         for batch in batches:
             for t in batch.column(0).to_pylist():
                 # Every tasks-th file: the buckets' sizes run in order (spool._buckets),

@@ -31,7 +31,7 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _start_worker() -> None:
-    memory.keep_freed()  # its items allocate and free arrays of millions of rows
+    memory.for_checking()  # its items allocate and free arrays of millions of rows
     _orphan_proof()
 
 

@@ -67,15 +67,22 @@ def keep_freed() -> bool:
     about 300,000 faults and 3-4 s of system time; with arrays up to 32 MB from a heap
     that is not trimmed, about half the faults and 30-45% less system time. A
     worker's own peak is the same (what it keeps, it used), but the workers now hold
-    their peaks at once: 0.5-0.9 GB more PSS for a check of 10M events end to end.
+    their peaks at once: 0.5-0.9 GB more PSS for a check of 10M events end to end."""
+    if _mallopt is None:
+        return False
+    return bool(_mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+                and _mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
-    Arrow's own allocations (a bucket read from Parquet, facts to pandas) then come from
-    the same malloc: mimalloc, Arrow's default pool, gives freed pages back to the
+
+def for_checking() -> bool:
+    """keep_freed, and Arrow's allocations (a bucket read from Parquet, facts made
+    pandas) from that same malloc; False where that cannot be set (not glibc).
+
+    For a checking worker: mimalloc, Arrow's default pool, gives freed pages back to the
     system soon after (its purge), and a fresh page costs a fault again. The pass over
-    the 24 buckets of 10M events, one process: 4.9 -> 1.4 s of system time (user 29.9
-    -> 29.3 s)."""
+    the 24 buckets of 10M events in one process: 4.9 -> 1.4-2.2 s of system time. Not
+    for a conversion: its peak at 10M events rose from 3.4-3.5 to 3.5-3.7 GiB."""
     if _mallopt is None:
         return False
     pa.set_memory_pool(pa.system_memory_pool())
-    return bool(_mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
-                and _mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    return keep_freed()

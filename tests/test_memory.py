@@ -85,3 +85,20 @@ def test_a_converter_that_maps_large_blocks_gives_them_back_when_freed():
     # What a freed block leaves resident: all of it from the heap, by default; nothing
     # when it was mapped on its own.
     assert _printed(_HELD, "default") > 16 << 20 > 4 << 20 > _printed(_HELD, "map")
+
+
+_ARROW_POOL = """
+import pyarrow as pa
+from onceproof.checkers import memory
+assert memory.for_checking()
+numbers = pa.array(range(100_000))
+print(pa.default_memory_pool().backend_name, pa.system_memory_pool().bytes_allocated() > 0)
+"""
+
+
+@pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
+def test_a_checking_worker_takes_arrows_memory_from_malloc_as_it_keeps_it():
+    # mimalloc, Arrow's own pool, gives freed pages back to the system soon after.
+    out = subprocess.run([sys.executable, "-c", _ARROW_POOL], check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == ["system", "True"]
