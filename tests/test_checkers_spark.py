@@ -257,7 +257,8 @@ def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_
 
 
 def test_a_table_read_with_its_dictionaries_is_what_arrow_gives(sink, tmp_path):
-    """Other tables (the ops liveness reads) come as Python strings (engine.read_frame):
+    """Other tables (the ops, for witnesses and liveness) come as Python strings
+    (engine.read_frame; liveness its own rows of them, engine.frame_of):
     the same frame as Arrow's own conversion, every string a str or None."""
     tables = read_parquet(convert(sink, tmp_path / "tables"))
     ops, cols = Path(tables.dir) / "ops.parquet", ["process", "op", "txn", "final", "group"]
@@ -267,6 +268,9 @@ def test_a_table_read_with_its_dictionaries_is_what_arrow_gives(sink, tmp_path):
         types_mapper=engine._ARROW_TYPES))
     for name in ("process", "txn", "group"):
         assert {type(v) for v in some[name]} <= {str, type(None)}, name
+    # Some rows of the table, as liveness takes them: read as dictionaries or not.
+    for table in (engine.read_table(ops, cols), pq.read_table(ops, columns=cols)):
+        assert engine.frame_of(table.slice(1, 50)).equals(some.iloc[1:51].reset_index(drop=True))
     empty = tmp_path / "empty.parquet"
     pq.write_table(SCHEMAS["steps"].empty_table(), empty)
     assert engine.read_frame(empty).columns.tolist() == SCHEMAS["steps"].names
