@@ -92,9 +92,13 @@ def test_bad_input_is_one_clear_line(args, words):
 
 
 def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
-    proc = subprocess.Popen(["onceproof", "run", "--duration", "300", "--faults", "none",
-                             "--seed", "3", "--out", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Its stderr to a file: a pipe nobody reads until the end fills up and then stops
+    # the run at its next write.
+    said = tmp_path.parent / f"{tmp_path.name}.stderr"
+    with open(said, "w") as err:
+        proc = subprocess.Popen(["onceproof", "run", "--duration", "300", "--faults", "none",
+                                 "--seed", "3", "--out", str(tmp_path)],
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
     deadline = time.monotonic() + 300
     history = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -103,12 +107,12 @@ def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
             history = found[0]
             break
         time.sleep(0.5)
-    assert history is not None, "the run never started recording"
+    assert history is not None, f"the run never started recording: {said.read_text()[-3000:]}"
     state = json.loads(next(tmp_path.glob("*/cluster/state.json")).read_text())
     proc.send_signal(signal.SIGINT)
     proc.wait(120)
     assert proc.returncode == 130
-    assert "interrupted" in proc.stderr.read()
+    assert "interrupted" in said.read_text()
     events = read_events(history)  # a truncated last line is tolerated, anything else raises
     assert len(events) > 5
     pids = list(state["pids"].values())
