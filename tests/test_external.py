@@ -253,8 +253,8 @@ def test_ctrl_c_on_your_cluster_still_deletes_what_the_run_created(stranger, tmp
     import signal
     import time
     cluster, _ = stranger
-    # Its stderr to a file: a pipe nobody reads until the end fills up (librdkafka logs
-    # every refused connection there) and then stops the run at its next write.
+    # Its stderr to a file: a pipe nobody reads until the end would stop the run at its
+    # next write once full; and a failure shows what the run said.
     said = tmp_path.parent / f"{tmp_path.name}.stderr"
     with open(said, "w") as err:
         proc = subprocess.Popen([str(SCRIPT), "run", "--bootstrap", cluster.bootstrap,

@@ -92,8 +92,8 @@ def test_bad_input_is_one_clear_line(args, words):
 
 
 def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
-    # Its stderr to a file: a pipe nobody reads until the end fills up and then stops
-    # the run at its next write.
+    # Its stderr to a file: a pipe nobody reads until the end would stop the run at its
+    # next write once full; and a failure shows what the run said.
     said = tmp_path.parent / f"{tmp_path.name}.stderr"
     with open(said, "w") as err:
         proc = subprocess.Popen(["onceproof", "run", "--duration", "300", "--faults", "none",
