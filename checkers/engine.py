@@ -79,9 +79,7 @@ def _strings(col: pd.Series) -> np.ndarray:
     missing values among Python objects: 0.6 of the 1.7 s conform took over the
     buckets of 10M events."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        words = np.empty(len(col.cat.categories) + 1, dtype=object)  # the last: None
-        words[:-1] = col.cat.categories.to_numpy(dtype=object)
-        return words[col.array.codes]
+        return _then_none(col.cat.categories.to_numpy(dtype=object))[col.array.codes]
     values = col.to_numpy(dtype=object)
     missing = pd.isna(values)
     if missing.any():
@@ -321,7 +319,7 @@ def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
     made Python objects one by one (deduplicated by hashing): reading the buckets of
     1M events took 12-15% less CPU, a bucket of 10M events 18-29% less, and the ops
     table's columns liveness reads at 10M events 1.8 -> 1.1 s (repeated runs)."""
-    return _frame(read_table(path, columns))
+    return frame_of(read_table(path, columns))
 
 
 def _frame(table: pa.Table, coded: bool = False) -> pd.DataFrame:
@@ -391,13 +389,18 @@ def _decoded(col: pa.ChunkedArray) -> np.ndarray:
         if chunk.null_count == len(chunk):  # a column of one kind of step only, mostly
             parts.append(np.full(len(chunk), None, dtype=object))
             continue
-        # The chunk's strings, then None (np.empty's object) for a missing value.
-        words = np.empty(len(chunk.dictionary) + 1, dtype=object)
-        words[:-1] = chunk.dictionary.to_numpy(zero_copy_only=False)
+        words = _then_none(chunk.dictionary.to_numpy(zero_copy_only=False))
         parts.append(words[chunk.indices.fill_null(len(words) - 1).to_numpy()])
     if len(parts) == 1:  # no copy
         return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, dtype=object)
+
+
+def _then_none(words: np.ndarray) -> np.ndarray:
+    """The strings, then None: taken at code -1 (or the last place), a missing value."""
+    out = np.empty(len(words) + 1, dtype=object)  # np.empty's object is None
+    out[:-1] = words
+    return out
 
 
 def _categorical(col: pa.ChunkedArray) -> pd.Categorical:

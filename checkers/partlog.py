@@ -426,11 +426,11 @@ class PartitionLog:
             distinct, which, at = self.value_matches
             wanted = np.zeros(len(distinct), dtype=bool)
             wanted[which[need]] = True
+            offset = self.reads["offset"]
             hit = np.flatnonzero(at >= 0)
-            hit = hit[wanted[at[hit]] & self.reads["offset"].notna().to_numpy(dtype=bool)[hit]]
+            hit = hit[wanted[at[hit]] & offset.notna().to_numpy(dtype=bool)[hit]]
             first = np.full(len(distinct), np.iinfo(np.int64).max)
-            np.minimum.at(first, at[hit],
-                          self.reads["offset"].to_numpy(dtype=np.int64, na_value=0)[hit])
+            np.minimum.at(first, at[hit], offset.to_numpy(dtype=np.int64, na_value=0)[hit])
             was_read = np.zeros(len(distinct), dtype=bool)
             was_read[at[hit]] = True
             k = which[need]
