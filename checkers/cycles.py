@@ -64,6 +64,9 @@ FACTS = (EDGE_FACT,)  # the fact rows finish reads (checkers/engine.py)
 # Their columns that edges() reads: 1.5M edge rows at 10M events, so no others converted.
 FACT_COLUMNS = ("txn", "txn2", "kind", "process", "topic", "partition", "op", "a1", "a2",
                 "a3", "a4", "a5", "a6", "offset", "value")
+# The transactions' names come as Categoricals (engine.Facts.of): of 3M names at 10M
+# events, each distinct one is made a Python string and hashed once (_node_codes).
+FACT_CODED = ("txn", "txn2")
 # An edge fact: txn -> txn2 of `kind`, witnessed by the source op (op, a1 = invoke
 # index, a2 = complete index, offset = source offset) and the target op (a3, a4, a5,
 # a6 = target offset); value = the value read, for wr.
@@ -488,10 +491,23 @@ def _node_codes(e: pd.DataFrame) -> tuple[np.ndarray, int]:
     """Each witness's (src, dst) as codes of its transactions, numbered in the order of
     their names as text (a fixed order, whatever order the partitions' facts came in),
     and the number of transactions."""
-    both = np.concatenate([e["src"].to_numpy(dtype=object), e["dst"].to_numpy(dtype=object)])
-    # Hashed once, then only the distinct names sorted: sorting every witness's names
-    # as numpy text cost seconds at 10M events.
-    codes, names = pd.factorize(both, use_na_sentinel=False)
+    src, dst = e["src"].array, e["dst"].array
+    if isinstance(src, pd.Categorical) and isinstance(dst, pd.Categorical):
+        # Only the distinct names of each side hashed (FACT_CODED), then each side's
+        # codes mapped; a missing name (code -1) is the last word, None.
+        words = [np.asarray(c.categories, dtype=object) for c in (src, dst)]
+        nameless = bool((src.codes < 0).any() or (dst.codes < 0).any())
+        at, names = pd.factorize(np.concatenate([*words, np.array([None] * nameless, dtype=object)]),
+                                 use_na_sentinel=False)
+        side = np.cumsum([0, len(words[0]), len(words[1])])
+        codes = np.concatenate([np.append(at[side[k]:side[k + 1]], at[-1:])[c.codes]
+                                for k, c in enumerate((src, dst))])
+    else:
+        # Hashed once, then only the distinct names sorted: sorting every witness's
+        # names as numpy text cost seconds at 10M events.
+        codes, names = pd.factorize(np.concatenate([src.to_numpy(dtype=object),
+                                                    dst.to_numpy(dtype=object)]),
+                                    use_na_sentinel=False)
     rank = np.empty(len(names), dtype=np.int64)
     rank[np.argsort(np.asarray(names, dtype=object).astype(str), kind="stable")] = \
         np.arange(len(names))
@@ -630,7 +646,9 @@ def finish(facts: pd.DataFrame) -> pd.DataFrame:
     e = edges(facts)
     # Each transaction's process, from its last edge: a dict of the distinct ones, not
     # of every edge (1.5M at 10M events).
-    last = ~pd.Series(e["src"].to_numpy()).duplicated(keep="last").to_numpy()
+    src = e["src"].array
+    last = ~pd.Series(src.codes if isinstance(src, pd.Categorical) else src
+                      ).duplicated(keep="last").to_numpy()
     return find_cycles(e, dict(zip(e["src"].to_numpy()[last], e["process"].to_numpy()[last])))
 
 

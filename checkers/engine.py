@@ -20,10 +20,11 @@ A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
 (the names of the fact rows it reads; with `FACT_COLUMNS`, only those columns of
 them, and `row`: a finisher of millions of fact rows then converts only what it
-reads); its frames use OUT_SCHEMA, built with
-`anomalies(...)` and `facts(...)` below. A family that judges whole ops, which belong to
-no partition (checkers/liveness.py), has instead `OPS_COLUMNS` and `from_ops(ops) ->
-pandas frame`, run on the driver over those columns of the ops table (Arrow, read_table).
+reads; those of its string columns named in `FACT_CODED` may come as Categoricals);
+its frames use OUT_SCHEMA, built with `anomalies(...)` and `facts(...)` below. A
+family that judges whole ops, which belong to no partition (checkers/liveness.py), has
+instead `from_ops(read) -> pandas frame`, run on the driver, where read(columns) gives
+those columns of the ops table (Arrow, read_table).
 """
 from __future__ import annotations
 
@@ -482,17 +483,23 @@ class Facts:
         """How many rows, at most (an Arrow part may hold the anomalies too)."""
         return sum(len(p) for p in self._parts)
 
-    def of(self, names: tuple[str, ...], columns: tuple[str, ...] | None = None
-           ) -> pd.DataFrame:
+    def of(self, names: tuple[str, ...], columns: tuple[str, ...] | None = None,
+           coded: tuple[str, ...] = ()) -> pd.DataFrame:
         """The fact rows named one of `names` (OUT_SCHEMA, conformed but for witness
-        lists, which facts do not hold); with `columns`, only those and `row`."""
+        lists, which facts do not hold); with `columns`, only those and `row`. The
+        string columns named in `coded` may come as Categoricals (they do from Arrow:
+        each distinct string is made a Python object once, not once per row)."""
         keep = None if columns is None else ["row", *columns]
         frames = []
         for part in self._parts:
             if isinstance(part, pa.Table):
                 mine = pc.is_in(part["row"], pa.array(names, pa.string()))
                 # The columns picked before the rows: a filter copies every column it keeps.
-                frames.append(_pandas((part if keep is None else part.select(keep)).filter(mine)))
+                rows = (part if keep is None else part.select(keep)).filter(mine)
+                for name in coded:
+                    at = rows.schema.get_field_index(name)
+                    rows = rows.set_column(at, name, pc.dictionary_encode(rows[name]))
+                frames.append(_pandas(rows))
             else:
                 mask = equals(part["row"], *names)
                 frames.append(part[mask] if keep is None else part.loc[mask, keep])
@@ -544,9 +551,11 @@ def collect(tables, families, local: bool = False,
 
     def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
-            done = fam.from_ops(read_table(Path(tables.dir) / "ops.parquet", fam.OPS_COLUMNS))
+            done = fam.from_ops(lambda columns: read_table(Path(tables.dir) / "ops.parquet",
+                                                           columns))
         else:
-            done = fam.finish(fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None)))
+            done = fam.finish(fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None),
+                                           getattr(fam, "FACT_CODED", ())))
         return conform(done) if len(done) else None
 
     # The families' cross-partition work is independent: one process per core too.

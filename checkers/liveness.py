@@ -21,6 +21,8 @@ partition, from its last watermarks.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,19 +41,26 @@ TYPES = of_family("liveness")
 LATE_MS = 5_000
 OPS_COLUMNS = ["op", "process", "f", "type", "txn", "invoke_time", "complete_time",
                "timeout_ms", "error", "final", "group"]
+# The columns that say which ops are judged, read first: the rest only when some are.
+_JUDGED_BY = ["timeout_ms", "final", "f"]
 
 
-def from_ops(ops: pa.Table) -> pd.DataFrame:
-    """late_return and unreadable_offsets anomalies of an ops table (Arrow, OPS_COLUMNS;
-    the engine's hook for families that judge whole ops).
+def from_ops(read: Callable[[list[str]], pa.Table]) -> pd.DataFrame:
+    """late_return and unreadable_offsets anomalies of the ops table, whose columns
+    read(names) gives in Arrow (the engine's hook for families that judge whole ops).
 
     Only the ops these judge become pandas: the calls given a timeout and the final
-    fetches of offsets (at 10M events, pandas of all 5M ops took 1.7 s, for none)."""
+    fetches of offsets (at 10M events, pandas of all 5M ops took 1.7 s, for none); and
+    of a history with none, only the three columns that say so are read."""
+    which = read(_JUDGED_BY)
+    judged = pc.or_(pc.is_valid(which["timeout_ms"]),
+                    pc.fill_null(pc.and_(which["final"], pc.equal(which["f"], "fetch_offsets")),
+                                 False))
+    if not pc.any(judged).as_py():
+        return pd.DataFrame()
+    ops = read(OPS_COLUMNS)
     ends = [pc.max(ops[c]).as_py() for c in ("invoke_time", "complete_time")]
     end = max((t for t in ends if t is not None), default=None)
-    judged = pc.or_(pc.is_valid(ops["timeout_ms"]),
-                    pc.fill_null(pc.and_(ops["final"], pc.equal(ops["f"], "fetch_offsets")),
-                                 False))
     rows = engine.frame_of(ops.filter(judged))
     return pd.DataFrame.from_records(_late(rows, end) + _unreadable(rows))
 

@@ -6,11 +6,12 @@ import itertools
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceproof.checkers import graph
-from onceproof.checkers.cycles import RW, WR, WW, find_cycles, solvable
+from onceproof.checkers.cycles import RW, WR, WW, _node_codes, find_cycles, solvable
 from tests.histories import History, example, found, verdict, ww_ring
 
 
@@ -205,6 +206,42 @@ def test_an_impossible_g_single_is_not_hidden_by_a_possible_one():
     found = find_cycles(e)
     assert list(found["type"]) == ["g_single"] and list(found["severity"]) == ["violation"]
     assert found["detail"][0].startswith("3-transaction cycle: T2 -[ww: t/2 offset 0 < 1]-> T3")
+
+
+def _coded(e: pd.DataFrame) -> pd.DataFrame:
+    """e with src and dst as Categoricals, as engine.Facts.of gives cycles.FACT_CODED,
+    each side's categories its own and in reverse order of the names."""
+    return e.assign(**{c: pd.Categorical(e[c], categories=sorted(
+        {x for x in e[c] if x is not None}, reverse=True)) for c in ("src", "dst")})
+
+
+_CHAIN = [_edge("T1", "T2", WW, (10, 11), (1, 20), part=0, offs=(0, 1)),
+          _edge("T2", "T3", WW, (1, 20), (5, 6), part=0, offs=(1, 2)),
+          _edge("T3", "T1", WW, (5, 6), (7, 8), part=1),
+          _edge("T2", "T1", WW, (1, 20), (12, 13), part=2)]
+_G1C = [_edge("T1", "T2", WR, (8, 9), (10, 11)),
+        _edge("T2", "T1", WW, (3, 6), (2, 7), part=1),
+        _edge("T2", "T3", WR, (12, 13), (14, 15)),
+        _edge("T3", "T2", WW, (14, 15), (3, 6), part=2)]
+_G_SINGLE = [_edge("T1", "T2", RW, (1, 2), (3, 4)),
+             _edge("T2", "T1", WW, (3, 4), (5, 6), part=1),
+             _edge("T2", "T3", WW, (3, 4), (1, 2), part=2),
+             _edge("T3", "T1", WW, (1, 2), (5, 6), part=3)]
+
+
+@pytest.mark.parametrize("edges", [_CHAIN, _G1C, _G_SINGLE], ids=["implied", "g1c", "g_single"])
+def test_transactions_named_by_categoricals_give_the_same_cycles(edges):
+    e = pd.DataFrame(edges)
+    plain = find_cycles(e, {"T3": "p3"})
+    assert len(plain) and plain.equals(find_cycles(_coded(e), {"T3": "p3"}))
+
+
+def test_transaction_codes_follow_the_names_whatever_their_categories():
+    e = pd.DataFrame(_G1C + [_edge("T9", None, WR, (1, 2), (3, 4))])
+    codes, n = _node_codes(e)
+    assert n == 5 and codes[0].tolist() == [0, 1]
+    coded, m = _node_codes(_coded(e))
+    assert m == n and np.array_equal(coded, codes)
 
 
 def test_a_long_cycle_with_many_witnesses_is_a_note_unless_one_witness_forbids_it():

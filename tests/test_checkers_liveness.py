@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from onceproof.checkers import check
-from onceproof.checkers.liveness import LATE_MS
+from onceproof.checkers.liveness import LATE_MS, OPS_COLUMNS, from_ops
 from onceproof.checkers.render import run_check
 from tests.histories import History, example, found, verdict
 
@@ -71,6 +72,30 @@ def test_calls_without_a_timeout_are_not_judged(tmp_path):
     slow = ("p", "commit_offsets", {"group": "g", "offsets": []}, 0, "ok", 300, None)
     v = check(_history(tmp_path / "h.jsonl", slow), local=True)
     assert "late_return" not in found(v)
+
+
+def test_of_ops_none_of_which_is_judged_only_three_columns_are_read():
+    strings = pa.string()
+    ops = pa.table({
+        "op": [0, 1], "process": ["p", "q"], "f": ["send", "fetch_offsets"],
+        "type": ["ok", "fail"], "txn": pa.array([None, None], strings),
+        "invoke_time": [0, S], "complete_time": [300 * S, 2 * S],
+        "timeout_ms": pa.array([None, None], pa.int64()), "error": pa.array([None, "x"], strings),
+        "final": pa.array([False, None], pa.bool_()), "group": pa.array([None, "g"], strings)})
+    asked = []
+
+    def read(table):
+        def columns(names):
+            asked.append(list(names))
+            return table.select(names)
+        return columns
+    assert from_ops(read(ops)).empty and asked == [["timeout_ms", "final", "f"]]
+    # Given a timeout, the first call is judged, from every column.
+    timed = ops.set_column(ops.schema.get_field_index("timeout_ms"), "timeout_ms",
+                           pa.array([1000, None], pa.int64()))
+    late = from_ops(read(timed))
+    assert late[["type", "op", "process"]].values.tolist() == [["late_return", 0, "p"]]
+    assert asked[-1] == OPS_COLUMNS
 
 
 def test_a_stall_fails_the_check_command_and_says_so(tmp_path, capsys):
