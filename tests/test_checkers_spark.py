@@ -256,6 +256,22 @@ def test_a_bucket_read_with_its_dictionaries_is_the_steps_arrow_gives(sink, tmp_
             assert list(ours[rest].dtypes) == list(arrows[rest].dtypes)
 
 
+@pytest.mark.parametrize("words", [3, 200, 40_000])
+def test_a_dictionary_column_is_the_categorical_arrow_makes(words):
+    """engine._categorical: chunks with the same dictionary, with dictionaries of their
+    own, a chunk all missing, a slice of a chunk, and more categories than 8 or 16-bit
+    codes hold, make the values Arrow's own conversion makes."""
+    names = [f"s{i}" for i in range(words)]
+    same = pa.array(names * 2 + [None]).dictionary_encode()
+    other = pa.array(list(reversed(names)) + [None, "new"]).dictionary_encode()
+    gone = pa.array([None, None], pa.string()).dictionary_encode()
+    for chunks in ([same, same], [same, other, gone], [same.slice(3), other.slice(1, 5)]):
+        col = pa.chunked_array(chunks)
+        ours = engine._categorical(col)
+        assert ours.categories.is_unique
+        assert [None if pd.isna(v) else v for v in ours] == col.cast(pa.string()).to_pylist()
+
+
 def test_a_table_read_with_its_dictionaries_is_what_arrow_gives(sink, tmp_path):
     """Other tables (the ops, for witnesses and liveness) come as Python strings
     (engine.read_frame; liveness its own rows of them, engine.frame_of):
