@@ -204,9 +204,14 @@ def stale_fetches(o: pd.DataFrame, st: _Steps, commits: np.ndarray, fetches: np.
     def racing(i: int, m) -> np.ndarray:
         """Which of the commits m (rows of maybe) may have taken effect while fetch i
         was in flight, or were of uncertain outcome and invoked before it completed."""
+        return racing_all(np.full(len(m_inv[m]), i), m)
+
+    def racing_all(i: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """racing, of pairs: fetch i[x] and commit m[x]."""
         return (m_inv[m] < f_cmp[i]) & (~m_sure[m] | ~(m_cmp[m] < f_inv[i]))
 
-    for i in np.flatnonzero(~same):
+    for i in _unexplained(np.flatnonzero(~same), done, f_off, s_cmp, s_off, latest_inv,
+                          sorted_off, by_off, racing_all):
         k = done[i]
         got = None if np.isnan(f_off[i]) else int(f_off[i])
         if k == 0 and got is None:
@@ -237,6 +242,46 @@ def stale_fetches(o: pd.DataFrame, st: _Steps, commits: np.ndarray, fetches: np.
             f"but {why} (allowed: [{', '.join(shown)}])", f["offset"],
             [(f["op"], "fetch"), *((op, "latest commit") for op in latest_ops)]))
     return out
+
+
+def _unexplained(fetches: np.ndarray, done: np.ndarray, f_off: np.ndarray,
+                 s_cmp: np.ndarray, s_off: np.ndarray, latest_inv: np.ndarray,
+                 sorted_off: np.ndarray, by_off: np.ndarray, racing_all) -> np.ndarray:
+    """Of `fetches` (that did not return the latest commit), those stale_fetches' rule
+    does not allow, all at once: the rule for one fetch, below, takes tens of
+    microseconds, and a partition may have thousands of such fetches (a commit racing
+    each). A fetch returned `got` with done commits (of `sure`, by completion) completed
+    before it began: allowed is none before any completed, got among the commits
+    sure[j:k] (the latest completed, not superseded), or got written by a racing commit."""
+    k = done[fetches]
+    got = f_off[fetches]
+    has = ~np.isnan(got)
+    ok = (k == 0) & ~has
+    # sure[j:k] holds got when the last of the sure commits of offset got below k is at
+    # or after j: commits ranked by (offset, place), one search per fetch.
+    j = k.copy()
+    after = k > 0
+    j[after] = np.searchsorted(s_cmp, latest_inv[k[after] - 1], side="right")
+    if len(s_off):
+        values, rank = np.unique(s_off, return_inverse=True)
+        span = len(s_off) + 1
+        keys = np.sort(rank.astype(np.int64) * span + np.arange(len(s_off)))
+        where = np.searchsorted(values, np.where(has, got, 0).astype(np.int64))
+        known = has & (where < len(values))
+        known[known] = values[where[known]] == got[known].astype(np.int64)
+        below = np.searchsorted(keys, where.astype(np.int64) * span + k, side="left") - 1
+        last = keys[np.maximum(below, 0)]
+        ok |= known & (below >= 0) & (last // span == where) & (last % span >= j)
+    # Or a racing commit wrote got: each fetch paired with every commit of offset got.
+    lo = np.searchsorted(sorted_off, got, side="left")
+    n = np.where(has & ~ok, np.searchsorted(sorted_off, got, side="right") - lo, 0)
+    if n.sum():
+        pair = np.repeat(np.arange(len(fetches)), n)
+        first = np.cumsum(n) - n
+        commit = by_off[lo[pair] + np.arange(n.sum()) - first[pair]]
+        hit = racing_all(fetches[pair], commit)
+        ok |= np.bincount(pair[hit], minlength=len(fetches)) > 0
+    return fetches[~ok]
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:

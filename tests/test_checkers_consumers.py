@@ -3,7 +3,10 @@ offset_regression, stale_offset_fetch, duplicate_output, lost_input."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from onceproof.checkers import groups
 from tests.histories import RU, History, example, found, verdict
 
 
@@ -353,3 +356,44 @@ def test_a_skip_inside_a_transaction_that_did_not_commit_is_still_a_skip(tmp_pat
     v = verdict(h)
     example(v, "poll_skip", process="pp", op=skip, offset=2, value=3)
     example(v, "nonmonotonic_poll", process="pp", op=back, offset=1, value=2)
+
+
+_COMMIT_OR_FETCH = st.tuples(st.sampled_from(["commit_offsets", "fetch_offsets"]),
+                             st.sampled_from([None, 1, 2, 3]),
+                             st.sampled_from(["ok", "ok", "info", "fail"]), st.booleans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_COMMIT_OR_FETCH, min_size=2, max_size=12))
+def test_fetches_judged_all_at_once_as_one_by_one(tmp_path, monkeypatch, steps):
+    """groups.stale_fetches first finds, for all fetches at once, those its rule allows
+    (groups._unexplained); the rest it judges one by one. Commits and fetches that race
+    (each may complete after the next is invoked) give the same anomalies as judging
+    every fetch one by one."""
+    h = History(tmp_path / f"h{len(list(tmp_path.iterdir()))}.jsonl")
+    pending = None
+    for k, (f, offset, type, overlaps) in enumerate(steps):
+        if f == "fetch_offsets":
+            value = {"group": "g", "partitions": [{"topic": "t", "partition": 0}]}
+            done = {"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": offset}]}
+        else:
+            offset = 1 if offset is None else offset
+            value = done = {"group": "g", "offsets": [{"topic": "t", "partition": 0,
+                                                       "offset": offset}]}
+        op = h.invoke(f"c{k}", f, value)
+        if pending is not None:
+            h.complete(*pending)
+            pending = None
+        ending = (op, type, done if type == "ok" else None)
+        if overlaps:
+            pending = ending
+        else:
+            h.complete(*ending)
+    if pending is not None:
+        h.complete(*pending)
+    h.send("p", [(0, 1, 0)])  # evidence
+    together = verdict(h)
+    monkeypatch.setattr(groups, "_unexplained", lambda fetches, *rest: fetches)
+    assert verdict(h).examples.get("stale_offset_fetch") == \
+        together.examples.get("stale_offset_fetch")
+    monkeypatch.undo()
