@@ -71,8 +71,9 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
 
 def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     retracted = pl.runs["retracted"]
+    some_retracted = bool(retracted.any())
     # Every read kept (a partition with no aborts): the arrays as they are, not copied.
-    kept = slice(None) if not retracted.any() else ~retracted
+    kept = ~retracted if some_retracted else slice(None)
     eff = reads[kept]
     if not len(eff):
         return
@@ -82,20 +83,26 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
     iso, is_rc = pl.runs["isolation"][kept], pl.runs["rc"][kept]
     same = np.r_[False, run[1:] == run[:-1]]
     a = np.r_[0, offs[:-1]]
-    # A run that began with a seek and whose first reads were retracted continues,
-    # for its first remaining read, from the seek position.
-    # The reads are in run order (pl.runs), so a run's first read is where its run
-    # number changes; every read has an op and a rec.
-    heads = np.r_[True, runs[1:] != runs[:-1]]
-    head = np.maximum.accumulate(np.where(heads, np.arange(len(runs)), 0))[kept]
     ops = op_at[kept]
-    not_first_phys = (ops != op_at[head]) | (rec_at[kept] != rec_at[head])
-    start = pl.runs["start"][kept]
-    from_seek = ~same & ~np.isnan(start) & not_first_phys
-    a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
+    if some_retracted:
+        # A run that began with a seek and whose first reads were retracted continues,
+        # for its first remaining read, from the seek position.
+        # The reads are in run order (pl.runs), so a run's first read is where its run
+        # number changes; every read has an op and a rec.
+        heads = np.r_[True, runs[1:] != runs[:-1]]
+        head = np.maximum.accumulate(np.where(heads, np.arange(len(runs)), 0))[kept]
+        not_first_phys = (ops != op_at[head]) | (rec_at[kept] != rec_at[head])
+        start = pl.runs["start"][kept]
+        from_seek = ~same & ~np.isnan(start) & not_first_phys
+        a = np.where(from_seek, np.nan_to_num(start, nan=0).astype(np.int64) - 1, a)
+        seek = np.where(from_seek, pl.runs["start_op"][kept], np.nan)
+    else:
+        # Nothing retracted, so each run's first read is its own first read: none
+        # continues from a seek (and none of the arrays above is needed).
+        from_seek = np.zeros(len(eff), dtype=bool)
+        seek = np.full(len(eff), np.nan)
     paired = same | from_seek
     prev = np.where(same, np.r_[np.nan, ops[:-1]], np.nan)
-    seek = np.where(from_seek, pl.runs["start_op"][kept], np.nan)
 
     def before(i: int) -> str:
         return (f"sought to {a[i] + 1} (its reads there retracted by an abort), then read"
