@@ -175,7 +175,33 @@ def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
 
 def first_of_each(*cols: np.ndarray) -> np.ndarray:
     """Where a row is the first with its values of the integer-valued cols: the rows
-    drop_duplicates keeps."""
+    drop_duplicates keeps.
+
+    When the first column's values are dense (a partition's offsets), each value's
+    first row is found by one scatter, and only the rows that differ from it in
+    another column are hashed: about half the CPU of hashing every row."""
+    head = cols[0].astype(np.int64, copy=False)
+    n = len(head)
+    lo = int(head.min()) if n else 0
+    if not n or int(head.max()) - lo + 1 > 2 * n:
+        return _first_hashed(cols)
+    at_head = head - lo
+    first = np.full(int(at_head.max()) + 1, n)
+    np.minimum.at(first, at_head, np.arange(n))
+    at = first[at_head]
+    keep = np.zeros(n, dtype=bool)
+    keep[at] = True
+    differs = np.zeros(n, dtype=bool)
+    for col in cols[1:]:
+        differs |= col != col[at]
+    if differs.any():
+        # Every row of such values differs from its value's first row: all are here.
+        odd = np.flatnonzero(differs)
+        keep[odd[_first_hashed(tuple(col[odd] for col in cols))]] = True
+    return keep
+
+
+def _first_hashed(cols: tuple[np.ndarray, ...]) -> np.ndarray:
     # One hash of a folded key: pandas hashes each column, then their combination.
     return ~pd.Series(_keys(cols)[0]).duplicated().to_numpy()
 

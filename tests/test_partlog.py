@@ -51,6 +51,7 @@ def test_sort_order_is_lexsort(rows):
 
 @given(ROWS)
 @example([(0, 0, 0), (1, 2 ** 40, -1), (1, 2 ** 40, -1)])  # ranks
+@example([(3, 1, 1), (2, 5, 0), (3, 2, 1), (3, 1, 1), (2, 5, 1), (3, 2, 1), (2, 5, 1)])  # dense
 def test_first_of_each_keeps_the_rows_drop_duplicates_keeps(rows):
     cols = _columns(rows)
     frame = pd.DataFrame(dict(enumerate(cols)))
