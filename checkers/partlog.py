@@ -154,10 +154,13 @@ def _keys(*sets: tuple[np.ndarray, ...]) -> list[np.ndarray]:
         # The columns folded into one integer, the first one most significant.
         out = []
         for j in range(len(sets)):
-            key = np.zeros(len(cols[0][j]), dtype=np.int64)
-            for col, lo, span in zip(cols, lows, spans):
+            # In place, no temporary per column; a sum past int64 before its `lo` is
+            # taken off wraps, and wraps back (the key itself is below 2**62).
+            key = cols[0][j] - lows[0]
+            for col, lo, span in zip(cols[1:], lows[1:], spans[1:]):
                 key *= span
-                key += col[j] - lo
+                key += col[j]
+                key -= lo
             out.append(key)
         return out
     # Else each row's rank among the distinct rows.

@@ -34,6 +34,8 @@ def _columns(rows):
 
 @given(ROWS, ROWS)
 @example([(0, 0, 0), (1, 2 ** 40, -1)], [(0, 2 ** 40, 0), (1, 2 ** 40, -1)])  # ranks
+@example([(2, 2 ** 63 - 9, 2 ** 63 - 1), (1, 2 ** 63 - 1, 2 ** 63 - 2)],
+         [(2, 2 ** 63 - 1, 2 ** 63 - 4)])  # a folded sum past int64 before its low is off
 def test_keys_order_the_rows_of_both_sets_as_their_columns_do(a, b):
     ka, kb = _keys(_columns(a), _columns(b))
     rows, keys = a + b, list(ka) + list(kb)
