@@ -471,13 +471,14 @@ class _Graph:
         g = group[ref]
         # By partition and component, then offset; at one offset a first record is not
         # above a last record, so targets come first.
-        order = np.lexsort((is_src, off, g))
+        # (Offsets here are known: whole numbers.)
+        order = sort_order(is_src, off.astype(np.int64), g)
         ref, is_src, g = ref[order], is_src[order], g[order]
         val = np.where(is_src, si[ref], -1.0).astype(np.int64)
         head = np.ones(len(g), dtype=bool)
         head[1:] = g[1:] != g[:-1]
         first = np.maximum.accumulate(np.where(head, np.arange(len(g)), 0))
-        _, gid = np.unique(g, return_inverse=True)
+        gid = np.cumsum(head) - 1  # g is sorted: its groups numbered in order
         lift = gid.astype(np.int64) * (int(val.max()) + 2)
         top = np.maximum.accumulate(val + lift) - lift
         at = np.maximum.accumulate(np.where(is_src & (val == top), np.arange(len(g)), -1))
