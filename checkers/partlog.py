@@ -185,11 +185,11 @@ def first_of_each(*cols: np.ndarray) -> np.ndarray:
     another column are hashed: about half the CPU of hashing every row."""
     head = cols[0].astype(np.int64, copy=False)
     n = len(head)
-    lo = int(head.min()) if n else 0
-    if not n or int(head.max()) - lo + 1 > 2 * n:
+    lo, hi = (int(head.min()), int(head.max())) if n else (0, 0)
+    if not n or hi - lo + 1 > 2 * n:
         return _first_hashed(cols)
     at_head = head - lo
-    first = np.full(int(at_head.max()) + 1, n)
+    first = np.full(hi - lo + 1, n)
     np.minimum.at(first, at_head, np.arange(n))
     at = first[at_head]
     keep = np.zeros(n, dtype=bool)

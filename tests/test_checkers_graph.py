@@ -172,13 +172,25 @@ def test_an_impossible_cycle_is_not_hidden_by_a_possible_one_in_its_component():
                                   "-[ww: t/2 offset 0 < 1]-> T3")
 
 
+# T1 -> T2 -> T3 in t/0, T3 -> T1 in t/1, T2 -> T1 in t/2: each edge alone possible.
+_CHAIN = [_edge("T1", "T2", WW, (10, 11), (1, 20), part=0, offs=(0, 1)),
+          _edge("T2", "T3", WW, (1, 20), (5, 6), part=0, offs=(1, 2)),
+          _edge("T3", "T1", WW, (5, 6), (7, 8), part=1),
+          _edge("T2", "T1", WW, (1, 20), (12, 13), part=2)]
+_G1C = [_edge("T1", "T2", WR, (8, 9), (10, 11)),
+        _edge("T2", "T1", WW, (3, 6), (2, 7), part=1),   # a note
+        _edge("T2", "T3", WR, (12, 13), (14, 15)),
+        _edge("T3", "T2", WW, (14, 15), (3, 6), part=2)]  # impossible
+_G_SINGLE = [_edge("T1", "T2", RW, (1, 2), (3, 4)),
+             _edge("T2", "T1", WW, (3, 4), (5, 6), part=1),   # a note
+             _edge("T2", "T3", WW, (3, 4), (1, 2), part=2),   # impossible
+             _edge("T3", "T1", WW, (1, 2), (5, 6), part=3)]
+
+
 def test_a_chain_in_one_partition_that_real_time_forbids_is_not_hidden():
     # In t/0 T1's record lies below T2's and T2's below T3's, so T1's below T3's; but
     # T3's send completed (6) before T1's was invoked (10). Each edge alone is possible.
-    t1_t2 = _edge("T1", "T2", WW, (10, 11), (1, 20), part=0, offs=(0, 1))
-    t2_t3 = _edge("T2", "T3", WW, (1, 20), (5, 6), part=0, offs=(1, 2))
-    t3_t1 = _edge("T3", "T1", WW, (5, 6), (7, 8), part=1)
-    t2_t1 = _edge("T2", "T1", WW, (1, 20), (12, 13), part=2)
+    t1_t2, t2_t3, t3_t1, t2_t1 = _CHAIN
     assert not solvable(pd.DataFrame([t1_t2, t2_t3, t3_t1]))
     assert solvable(pd.DataFrame([t1_t2, t2_t1]))
     found = find_cycles(pd.DataFrame([t1_t2, t2_t3, t3_t1, t2_t1]))
@@ -189,21 +201,13 @@ def test_a_chain_in_one_partition_that_real_time_forbids_is_not_hidden():
 
 
 def test_an_impossible_g1c_is_not_hidden_by_a_possible_one():
-    e = pd.DataFrame([_edge("T1", "T2", WR, (8, 9), (10, 11)),
-                      _edge("T2", "T1", WW, (3, 6), (2, 7), part=1),   # a note
-                      _edge("T2", "T3", WR, (12, 13), (14, 15)),
-                      _edge("T3", "T2", WW, (14, 15), (3, 6), part=2)])  # impossible
-    found = find_cycles(e)
+    found = find_cycles(pd.DataFrame(_G1C))
     assert list(found["type"]) == ["g1c"] and list(found["severity"]) == ["violation"]
     assert found["txn"][0] == "T3"
 
 
 def test_an_impossible_g_single_is_not_hidden_by_a_possible_one():
-    e = pd.DataFrame([_edge("T1", "T2", RW, (1, 2), (3, 4)),
-                      _edge("T2", "T1", WW, (3, 4), (5, 6), part=1),   # a note
-                      _edge("T2", "T3", WW, (3, 4), (1, 2), part=2),   # impossible
-                      _edge("T3", "T1", WW, (1, 2), (5, 6), part=3)])
-    found = find_cycles(e)
+    found = find_cycles(pd.DataFrame(_G_SINGLE))
     assert list(found["type"]) == ["g_single"] and list(found["severity"]) == ["violation"]
     assert found["detail"][0].startswith("3-transaction cycle: T2 -[ww: t/2 offset 0 < 1]-> T3")
 
@@ -213,20 +217,6 @@ def _coded(e: pd.DataFrame) -> pd.DataFrame:
     each side's categories its own and in reverse order of the names."""
     return e.assign(**{c: pd.Categorical(e[c], categories=sorted(
         {x for x in e[c] if x is not None}, reverse=True)) for c in ("src", "dst")})
-
-
-_CHAIN = [_edge("T1", "T2", WW, (10, 11), (1, 20), part=0, offs=(0, 1)),
-          _edge("T2", "T3", WW, (1, 20), (5, 6), part=0, offs=(1, 2)),
-          _edge("T3", "T1", WW, (5, 6), (7, 8), part=1),
-          _edge("T2", "T1", WW, (1, 20), (12, 13), part=2)]
-_G1C = [_edge("T1", "T2", WR, (8, 9), (10, 11)),
-        _edge("T2", "T1", WW, (3, 6), (2, 7), part=1),
-        _edge("T2", "T3", WR, (12, 13), (14, 15)),
-        _edge("T3", "T2", WW, (14, 15), (3, 6), part=2)]
-_G_SINGLE = [_edge("T1", "T2", RW, (1, 2), (3, 4)),
-             _edge("T2", "T1", WW, (3, 4), (5, 6), part=1),
-             _edge("T2", "T3", WW, (3, 4), (1, 2), part=2),
-             _edge("T3", "T1", WW, (1, 2), (5, 6), part=3)]
 
 
 @pytest.mark.parametrize("edges", [_CHAIN, _G1C, _G_SINGLE], ids=["implied", "g1c", "g_single"])
