@@ -21,6 +21,11 @@ Steps, each timed:
    tables), twice: the ratios are to the second, warm scan;
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
 
+It first times a fixed reference workload on this machine (a Python loop, a numpy
+pass over memory), again at the end, and prints both with the figures: the machines
+this runs on differ from day to day (seen: the same code 2x slower in every figure),
+and the reference says whether a figure moved with the code or with the machine.
+
 It prints the figures: end to end (JSONL to verdict) per engine, check wall time,
 events per second, peak RSS of the Python driver and of the Spark JVM (sampled by
 psutil; for the local check of the JSONL, its process with its worker processes, as
@@ -175,6 +180,33 @@ def convert_alone(jsonl: Path, tables: Path) -> tuple[float, int]:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"  {'convert JSONL -> Parquet (alone)':<34} {out['seconds']:9.2f} s", flush=True)
     return out["seconds"], out["peak"]
+
+
+def machine_reference() -> dict[str, float]:
+    """Fixed work timed on this machine, best of three: python_loop_s, a loop of 10M
+    additions in the interpreter (most of the checks' fixed cost per call); memory_gb_s,
+    numpy summing 800 MB (the checks' passes over arrays of millions of rows)."""
+    import numpy as np
+
+    def loop() -> None:
+        s = 0
+        for i in range(10_000_000):
+            s += i
+    block = np.ones(100_000_000)  # 800 MB, touched once before it is timed
+    loop_s = min(_seconds(loop) for _ in range(3))
+    sum_s = min(_seconds(block.sum) for _ in range(3))
+    return {"python_loop_s": round(loop_s, 2), "memory_gb_s": round(block.nbytes / sum_s / 1e9, 1)}
+
+
+def _seconds(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _print_reference(when: str, ref: dict[str, float]) -> None:
+    print(f"machine reference, {when:<5}  Python 10M-step loop {ref['python_loop_s']:.2f} s, "
+          f"memory read {ref['memory_gb_s']} GB/s", flush=True)
 
 
 def timed(label: str, fn, *args):
@@ -383,6 +415,8 @@ def main(argv=None) -> int:
         ap.error("--events takes sizes such as 1m, 10m or 250000")
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onceproof-bench-"))
+    before = machine_reference()
+    _print_reference("first", before)
     prepared = [prepare(target, args.seed, root / f"{target}", args.reuse)
                 for target in targets]
     from onceproof.checkers import check
@@ -398,8 +432,12 @@ def main(argv=None) -> int:
     warm = convert(small, root / "warmup")
     timed("warm-up check (Spark, ~400 events)", check, warm, spark, 3, None, False)
     timed("warm-up scan (Spark, ~400 events)", spark_scan, spark, warm)
-    for one in prepared:
-        bench_one(one, spark)
+    figures = [bench_one(one, spark) for one in prepared]
+    after = machine_reference()
+    _print_reference("first", before)
+    _print_reference("last", after)
+    print(json.dumps({"machine_reference": {"first": before, "last": after},
+                      "runs": figures}), flush=True)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
