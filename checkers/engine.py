@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from . import anomaly, forked, memory
 from .arrow import null_ints
-from .partlog import PartitionLog, equals
+from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
@@ -56,7 +56,7 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     n = len(df)
     for f in OUT_SCHEMA:
         if f.name not in df:
-            # Most rows are facts, which leave most columns out: fill those in bulk.
+            # Fill what a frame leaves out in bulk.
             out[f.name] = null_ints(n) if f.name in _LONGS else np.full(n, None, dtype=object)
             continue
         col = df[f.name]
@@ -76,9 +76,8 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
 
 def _strings(col: pd.Series) -> np.ndarray:
     """A column of strings as an object array, None where missing. A Categorical's
-    (a column taken from the steps) is made from its categories, with no look for
-    missing values among Python objects: 0.6 of the 1.7 s conform took over the
-    buckets of 10M events."""
+    (taken from the steps, or from facts read coded) is made from its categories, with
+    no look for missing values among Python objects."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         return _then_none(col.cat.categories.to_numpy(dtype=object))[col.array.codes]
     values = col.to_numpy(dtype=object)
@@ -165,36 +164,62 @@ def facts(row: str, df: pd.DataFrame) -> pd.DataFrame:
 _EMPTY = pd.DataFrame()
 
 
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    # Frames of different families have different columns; conform() fixes every dtype
-    # afterwards, so pandas' coming change in how all-NA columns pick a dtype is moot.
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return pd.concat(frames, ignore_index=True)
-
-
 def _run(families):
-    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+    def run(pdf: pd.DataFrame) -> pa.Table:
         pl = PartitionLog(pdf)
-        frames = [f for fam in families if hasattr(fam, "partition")
+        tables = [_arrow(f) for fam in families if hasattr(fam, "partition")
                   for f in fam.partition(pl) if len(f)]
-        if not frames:
-            return conform(pd.DataFrame({"row": []}))
-        out = conform(_concat(frames))
+        if not tables:
+            return OUT_SCHEMA.empty_table()
+        out = pa.concat_tables(tables)
         # Rows about this partition name it; facts about another (none yet) keep theirs.
-        out["topic"] = out["topic"].where(out["topic"].notna(), pl.topic)
+        out = out.set_column(_TOPIC, "topic", pc.fill_null(out["topic"], pl.topic))
         if pl.partition is not None:
-            out["partition"] = out["partition"].fillna(pl.partition)
+            out = out.set_column(_PARTITION, "partition",
+                                 pc.fill_null(out["partition"], pl.partition))
         return out
     return run
+
+
+_TOPIC, _PARTITION = OUT_SCHEMA.get_field_index("topic"), OUT_SCHEMA.get_field_index("partition")
+
+
+def _arrow(df: pd.DataFrame) -> pa.Table:
+    """A family's frame (OUT_SCHEMA's column names, any of them left out) as OUT_SCHEMA
+    rows in Arrow, as conform and Arrow's conversion of its result would make them.
+
+    Each frame on its own, not all of a partition's joined in pandas first: strings
+    still in a Categorical (taken from the steps) are made by Arrow from the
+    categories and codes, without a Python object per row. The rows a partition gives
+    are mostly facts with such strings: making them objects, joining them and
+    encoding each again took ~10% of the pass at 10M events."""
+    n = len(df)
+    arrays = []
+    for f in OUT_SCHEMA:
+        if f.name not in df:
+            arrays.append(pa.nulls(n, f.type))
+            continue
+        col = df[f.name]
+        if f.name in _LONGS:
+            arrays.append(pa.array(ints(col), type=_I))
+        elif f.name == "witnesses":
+            arrays.append(pa.array([anomaly.plain_witnesses(v) for v in col], type=f.type))
+        elif f.name == "witness_at":
+            arrays.append(pa.array([_plain_at(v) for v in col], type=f.type))
+        elif isinstance(col.dtype, pd.CategoricalDtype):
+            codes = col.array.codes
+            words = pa.array(col.cat.categories.to_numpy(dtype=object), _S)
+            arrays.append(words.take(pa.array(codes, mask=codes < 0)))
+        else:  # None, NaN and pd.NA all missing, as conform makes them
+            arrays.append(pa.array(col.to_numpy(dtype=object), _S, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=OUT_SCHEMA)
 
 
 _ARROW_TYPES = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get
 
 
-def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
-    """Every family on every (topic, partition) of `steps` (conformed OUT_SCHEMA rows)."""
+def run_all(steps: pd.DataFrame, families) -> pa.Table:
+    """Every family on every (topic, partition) of `steps` (OUT_SCHEMA rows)."""
     run = _run(families)
     # Contiguous slices, instead of pandas' groupby over mixed keys. The converter
     # writes each partition's steps together, so usually no sort (a copy of every
@@ -211,8 +236,8 @@ def run_all(steps: pd.DataFrame, families) -> pd.DataFrame:
         steps, topic, part = steps.take(order), topic[order], part[order]
         cut = cuts()
     ends = np.r_[cut[1:], len(steps)] if len(part) else []
-    frames = [f for f in (run(steps.iloc[a:b]) for a, b in zip(cut, ends)) if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else conform(pd.DataFrame({"row": []}))
+    tables = [t for t in (run(steps.iloc[a:b]) for a, b in zip(cut, ends)) if t.num_rows]
+    return pa.concat_tables(tables) if tables else OUT_SCHEMA.empty_table()
 
 
 def partition_pass(tables, families):
@@ -242,9 +267,8 @@ def partition_pass(tables, families):
                 # so each task gets large and small ones alike.
                 for path in files[t::tasks]:
                     out = _bucket_with(path, families)
-                    if len(out):
-                        yield from _packed(pa.Table.from_pandas(out, schema=OUT_SCHEMA,
-                                                                preserve_index=False))
+                    if out.num_rows:
+                        yield from _packed(out)
     from .spark import struct_type
     # One id per task, in a partition of its own.
     return tables.spark.range(0, tasks, 1, tasks).mapInArrow(task, struct_type(PACKED))
@@ -286,7 +310,7 @@ def _bucket_files(directory) -> list[Path]:
     return sorted(steps.glob("*.parquet")) if steps.is_dir() else [steps]
 
 
-def _bucket_with(path, families) -> pd.DataFrame:
+def _bucket_with(path, families) -> pa.Table:
     return run_all(read_steps(path), families)
 
 
@@ -452,26 +476,20 @@ def _dictionaries(table: pa.Table) -> pa.Table:
                      for col in table.columns], names=table.column_names)
 
 
-def _rows_of(steps: pa.Table, families) -> pd.DataFrame:
+def _rows_of(steps: pa.Table, families) -> pa.Table:
     return run_all(steps_frame(steps), families)
 
 
 # A pass's rows, apart: (anomalies, facts) of OUT_SCHEMA, the anomalies a conformed
-# frame; the facts stay as they came (pandas from local workers, Arrow from Spark):
-# see Facts.
-Rows = tuple[pd.DataFrame, "pd.DataFrame | pa.Table"]
+# frame, the facts in Arrow as they came (see Facts).
+Rows = tuple[pd.DataFrame, pa.Table]
 
 
-def _apart(out: pd.DataFrame) -> Rows:
-    is_anomaly = (out["row"] == ANOMALY).to_numpy(dtype=bool)
-    return out[is_anomaly], out[~is_anomaly]
-
-
-def _apart_table(table: pa.Table) -> Rows:
-    """_apart of OUT_SCHEMA rows that come as Arrow: the anomalies as conformed pandas;
-    for the facts, the whole table as it is (Facts picks each finisher's rows by name,
-    which no anomaly has: a copy of the facts alone cost a first check at 1M events
-    0.15 s, most of it the system mapping new memory)."""
+def _apart(table: pa.Table) -> Rows:
+    """A pass's OUT_SCHEMA rows apart: the anomalies as conformed pandas; for the
+    facts, the whole table as it is (Facts picks each finisher's rows by name, which no
+    anomaly has: a copy of the facts alone cost a first check at 1M events 0.15 s, most
+    of it the system mapping new memory)."""
     is_anomaly = pc.fill_null(pc.equal(table["row"], ANOMALY), False)
     return conform(_pandas(table.filter(is_anomaly))), table
 
@@ -491,12 +509,12 @@ class Facts:
     of 35 columns, and pandas of all of them, then each finisher's filter of that,
     cost more than the finishers' own work."""
 
-    def __init__(self, parts: list) -> None:
-        self._parts = [p for p in parts if len(p)]
+    def __init__(self, parts: list[pa.Table]) -> None:
+        self._parts = [p for p in parts if p.num_rows]
 
     def __len__(self) -> int:
-        """How many rows, at most (an Arrow part may hold the anomalies too)."""
-        return sum(len(p) for p in self._parts)
+        """How many rows, at most (a part may hold the anomalies too)."""
+        return sum(p.num_rows for p in self._parts)
 
     def of(self, names: tuple[str, ...], columns: tuple[str, ...] | None = None,
            coded: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -505,20 +523,17 @@ class Facts:
         string columns named in `coded` may come as Categoricals (they do from Arrow:
         each distinct string is made a Python object once, not once per row)."""
         keep = None if columns is None else ["row", *columns]
-        frames = []
-        for part in self._parts:
-            if isinstance(part, pa.Table):
-                mine = pc.is_in(part["row"], pa.array(names, pa.string()))
-                # The columns picked before the rows: a filter copies every column it keeps.
-                rows = (part if keep is None else part.select(keep)).filter(mine)
-                for name in coded:
-                    at = rows.schema.get_field_index(name)
-                    rows = rows.set_column(at, name, pc.dictionary_encode(rows[name]))
-                frames.append(_pandas(rows))
-            else:
-                mask = equals(part["row"], *names)
-                frames.append(part[mask] if keep is None else part.loc[mask, keep])
-        return _gathered(frames)
+        wanted = pa.array(names, pa.string())
+        # The columns picked before the rows: a filter copies every column it keeps.
+        picked = [(p if keep is None else p.select(keep)).filter(pc.is_in(p["row"], wanted))
+                  for p in self._parts]
+        if not picked:
+            return conform(pd.DataFrame({"row": []}))
+        rows = pa.concat_tables(picked)
+        for name in coded:
+            at = rows.schema.get_field_index(name)
+            rows = rows.set_column(at, name, pc.dictionary_encode(rows[name]))
+        return _pandas(rows)
 
 
 def bucket_rows(families) -> Callable[[pa.Table], Rows]:
@@ -561,7 +576,7 @@ def collect(tables, families, local: bool = False,
     if rows is None and local:
         rows = local_pass(tables.dir, families)
     if rows is None:
-        rows = [_apart_table(unpacked(partition_pass(tables, families).toArrow()))]
+        rows = [_apart(unpacked(partition_pass(tables, families).toArrow()))]
     fact_rows = Facts([facts for _, facts in rows])
 
     def finished(fam) -> pd.DataFrame | None:

@@ -159,9 +159,8 @@ def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tm
     rows give every row back, in order; and through Spark's workers (their own import
     of the engine, with slices of the default size), the anomalies of a local check."""
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
-    rows = max((engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)),
-               key=len)
-    table = pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA, preserve_index=False)
+    table = max((engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)),
+                key=lambda rows: rows.num_rows)
     assert table.num_rows > 2
     monkeypatch.setattr(engine, "_SLICE", 2)
     packed = pa.Table.from_batches(list(engine._packed(table)), schema=engine.PACKED)
@@ -174,21 +173,45 @@ def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tm
 
 
 def test_a_finisher_gets_its_fact_rows_whole_or_only_the_columns_it_names(sink, tmp_path):
-    """engine.Facts.of picks the named fact rows from the pass's rows as they come (Arrow
-    from Spark, pandas from local workers): with columns named, the same rows, only
-    those columns and `row`."""
+    """engine.Facts.of picks the named fact rows from the pass's rows as they come (one
+    table from Spark, one per bucket from local workers): with columns named, the same
+    rows, only those columns and `row`; the same rows from one table or from many."""
     tables = read_parquet(convert(sink, tmp_path / "tables"))
-    rows = pd.concat([engine._bucket_with(f, FAMILIES)
-                      for f in engine._bucket_files(tables.dir)], ignore_index=True)
-    facts = rows[rows["row"] != engine.ANOMALY]
-    arrow = pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA, preserve_index=False)
+    buckets = [engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)]
+    assert len(buckets) > 1
     cols = cycles.FACT_COLUMNS
-    for part in (facts, arrow):
-        whole = engine.Facts([part]).of(cycles.FACTS)
-        some = engine.Facts([part]).of(cycles.FACTS, cols)
+    one = engine.Facts([pa.concat_tables(buckets)])
+    for facts in (one, engine.Facts(buckets)):
+        whole = facts.of(cycles.FACTS)
+        some = facts.of(cycles.FACTS, cols)
         assert len(whole) and set(whole["row"]) == {cycles.EDGE_FACT}
         assert list(some.columns) == ["row", *cols]
-        assert some.reset_index(drop=True).equals(whole[["row", *cols]].reset_index(drop=True))
+        assert some.equals(whole[["row", *cols]])
+        assert whole.equals(one.of(cycles.FACTS))
+
+
+def test_a_family_frame_is_the_rows_conform_gives():
+    """engine._arrow makes each family's frame OUT_SCHEMA rows itself: strings still in
+    a Categorical (categories in any order, some missing) from its codes, other strings
+    with None, NaN or pd.NA missing, integers as floats or objects, columns left out
+    and witness lists; the same rows as conform and Arrow's conversion of its result."""
+    words = pd.Index(["t2", "t1", "t0"], dtype=object)
+    df = pd.DataFrame({
+        "row": ["edge"] * 4,
+        "txn": pd.Categorical.from_codes([0, -1, 2, 1], dtype=pd.CategoricalDtype(words)),
+        "txn2": pd.Series(["a", None, np.nan, pd.NA], dtype=object),
+        "op": [1.0, np.nan, 3.0, 2.0 ** 40],
+        "offset": pd.Series([5, None, 7, 2 ** 62 + 1], dtype=object),
+        "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
+        "witness_at": [[{"index": 4, "role": "commit"}], None, None, []],
+    })
+    ours = engine._arrow(df)
+    theirs = pa.Table.from_pandas(engine.conform(df), schema=engine.OUT_SCHEMA,
+                                  preserve_index=False)
+    assert ours.schema == engine.OUT_SCHEMA
+    assert ours.equals(theirs)
+    assert ours["txn"].to_pylist() == ["t2", None, "t0", "t1"]
+    assert ours["offset"].to_pylist() == [5, None, 7, 2 ** 62 + 1]
 
 
 def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_path, monkeypatch):
