@@ -22,9 +22,10 @@ Steps, each timed:
 5. pandas doing only the duplicate and lost-write checks on the same Parquet.
 
 It first times a fixed reference workload on this machine (a Python loop, a numpy
-pass over memory), again at the end, and prints both with the figures: the machines
-this runs on differ from day to day (seen: the same code 2x slower in every figure),
-and the reference says whether a figure moved with the code or with the machine.
+pass over memory, first writes to fresh pages), again at the end, and prints both with
+the figures: the machines this runs on differ from day to day (seen: the same code 2x
+slower in every figure), and the reference says whether a figure moved with the code
+or with the machine.
 
 It prints the figures: end to end (JSONL to verdict) per engine, check wall time,
 events per second, peak RSS of the Python driver and of the Spark JVM (sampled by
@@ -185,17 +186,30 @@ def convert_alone(jsonl: Path, tables: Path) -> tuple[float, int]:
 def machine_reference() -> dict[str, float]:
     """Fixed work timed on this machine, best of three: python_loop_s, a loop of 10M
     additions in the interpreter (most of the checks' fixed cost per call); memory_gb_s,
-    numpy summing 800 MB (the checks' passes over arrays of millions of rows)."""
+    numpy summing 800 MB (the checks' passes over arrays of millions of rows);
+    page_fault_us, the first write to each 4 KB page of 1 GB freshly mapped (what a
+    process pays for memory it has not used yet: a check's workers map gigabytes, and
+    on a virtual machine a fault can cost ten times what it does on bare metal)."""
+    import mmap
+
     import numpy as np
 
     def loop() -> None:
         s = 0
         for i in range(10_000_000):
             s += i
+
+    def fault() -> None:
+        with mmap.mmap(-1, 1 << 30) as fresh:  # plain pages: numpy would ask for huge ones
+            pages = np.frombuffer(fresh, np.uint8)
+            pages[::mmap.PAGESIZE] = 1
+            del pages
     block = np.ones(100_000_000)  # 800 MB, touched once before it is timed
     loop_s = min(_seconds(loop) for _ in range(3))
     sum_s = min(_seconds(block.sum) for _ in range(3))
-    return {"python_loop_s": round(loop_s, 2), "memory_gb_s": round(block.nbytes / sum_s / 1e9, 1)}
+    fault_s = min(_seconds(fault) for _ in range(3))
+    return {"python_loop_s": round(loop_s, 2), "memory_gb_s": round(block.nbytes / sum_s / 1e9, 1),
+            "page_fault_us": round(fault_s / ((1 << 30) // mmap.PAGESIZE) * 1e6, 2)}
 
 
 def _seconds(fn) -> float:
@@ -206,7 +220,8 @@ def _seconds(fn) -> float:
 
 def _print_reference(when: str, ref: dict[str, float]) -> None:
     print(f"machine reference, {when:<5}  Python 10M-step loop {ref['python_loop_s']:.2f} s, "
-          f"memory read {ref['memory_gb_s']} GB/s", flush=True)
+          f"memory read {ref['memory_gb_s']} GB/s, a fresh page {ref['page_fault_us']} us",
+          flush=True)
 
 
 def timed(label: str, fn, *args):
