@@ -145,7 +145,7 @@ def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
 
 
 def anomalies(records: list[dict]) -> pd.DataFrame:
-    """Anomaly rows from dicts of anomaly.COLUMNS (conformed to OUT_SCHEMA later)."""
+    """Anomaly rows from dicts of anomaly.COLUMNS (made OUT_SCHEMA rows later, _arrow)."""
     if not records:
         return _EMPTY
     df = pd.DataFrame.from_records(records)
@@ -154,8 +154,8 @@ def anomalies(records: list[dict]) -> pd.DataFrame:
 
 
 def facts(row: str, df: pd.DataFrame) -> pd.DataFrame:
-    """Fact rows named `row` from a frame using OUT_SCHEMA's column names (conformed
-    to OUT_SCHEMA later)."""
+    """Fact rows named `row` from a frame using OUT_SCHEMA's column names (made
+    OUT_SCHEMA rows later, _arrow)."""
     if df.empty:
         return _EMPTY
     return df.assign(row=row)
