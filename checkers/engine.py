@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import anomaly, forked, memory
-from .arrow import null_ints
 from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
@@ -51,41 +50,21 @@ _LONGS = {f.name for f in OUT_SCHEMA if f.type == _I}
 
 
 def conform(df: pd.DataFrame) -> pd.DataFrame:
-    """df with exactly OUT_SCHEMA's columns, in nullable dtypes."""
-    out = {}
-    n = len(df)
-    for f in OUT_SCHEMA:
-        if f.name not in df:
-            # Fill what a frame leaves out in bulk.
-            out[f.name] = null_ints(n) if f.name in _LONGS else np.full(n, None, dtype=object)
-            continue
-        col = df[f.name]
-        if f.name in _LONGS:
-            out[f.name] = ints(col)
-        elif f.name == "witnesses":
-            out[f.name] = pd.Series([anomaly.plain_witnesses(v) for v in col],
-                                    dtype=object).to_numpy()
-        elif f.name == "witness_at":
-            out[f.name] = pd.Series([_plain_at(v) for v in col], dtype=object).to_numpy()
-        else:
-            out[f.name] = _strings(col)
-    # Not copied again: these arrays are the frame's own or df's, and pandas' copy of
-    # object columns into one block cost more than the rest of conform.
-    return pd.DataFrame(out, copy=False)
+    """A frame using OUT_SCHEMA's column names (any left out) as OUT_SCHEMA rows in
+    pandas: exactly its columns, nullable dtypes, witness lists of plain dicts. By the
+    rules that make the pass's rows in Arrow (_arrow), so one set of rules types every
+    row a family gives, wherever it is made."""
+    return _plain(_pandas(_arrow(df)))
 
 
-def _strings(col: pd.Series) -> np.ndarray:
-    """A column of strings as an object array, None where missing. A Categorical's
-    (taken from the steps, or from facts read coded) is made from its categories, with
-    no look for missing values among Python objects."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return _then_none(col.cat.categories.to_numpy(dtype=object))[col.array.codes]
-    values = col.to_numpy(dtype=object)
-    missing = pd.isna(values)
-    if missing.any():
-        values = values.copy()  # it may be the family's own array
-        values[missing] = None
-    return values
+def _plain(rows: pd.DataFrame) -> pd.DataFrame:
+    """OUT_SCHEMA rows from Arrow (_pandas) with their witness lists as lists of plain
+    dicts, as reports and anomaly.witnesses take them (Arrow gives numpy arrays)."""
+    rows["witnesses"] = pd.Series([anomaly.plain_witnesses(v) for v in rows["witnesses"]],
+                                  index=rows.index, dtype=object)
+    rows["witness_at"] = pd.Series([_plain_at(v) for v in rows["witness_at"]],
+                                   index=rows.index, dtype=object)
+    return rows
 
 
 def ints(col: pd.Series) -> pd.arrays.IntegerArray:
@@ -186,7 +165,8 @@ _TOPIC, _PARTITION = OUT_SCHEMA.get_field_index("topic"), OUT_SCHEMA.get_field_i
 
 def _arrow(df: pd.DataFrame) -> pa.Table:
     """A family's frame (OUT_SCHEMA's column names, any of them left out) as OUT_SCHEMA
-    rows in Arrow, as conform and Arrow's conversion of its result would make them.
+    rows in Arrow: integers exactly (`ints`), strings with None, NaN and pd.NA missing,
+    witness lists of {op, role} / {index, role}, columns left out all missing.
 
     Each frame on its own, not all of a partition's joined in pandas first: strings
     still in a Categorical (taken from the steps) are made by Arrow from the
@@ -210,7 +190,7 @@ def _arrow(df: pd.DataFrame) -> pa.Table:
             codes = col.array.codes
             words = pa.array(col.cat.categories.to_numpy(dtype=object), _S)
             arrays.append(words.take(pa.array(codes, mask=codes < 0)))
-        else:  # None, NaN and pd.NA all missing, as conform makes them
+        else:
             arrays.append(pa.array(col.to_numpy(dtype=object), _S, from_pandas=True))
     return pa.Table.from_arrays(arrays, schema=OUT_SCHEMA)
 
@@ -491,15 +471,13 @@ def _apart(table: pa.Table) -> Rows:
     anomaly has: a copy of the facts alone cost a first check at 1M events 0.15 s, most
     of it the system mapping new memory)."""
     is_anomaly = pc.fill_null(pc.equal(table["row"], ANOMALY), False)
-    return conform(_pandas(table.filter(is_anomaly))), table
+    return _plain(_pandas(table.filter(is_anomaly))), table
 
 
 def _pandas(rows: pa.Table) -> pd.DataFrame:
     """Pandas of OUT_SCHEMA rows in Arrow. It is conformed already but for the witness
     lists (numpy arrays of dicts), which only anomalies hold: conforming facts too cost
     seconds at millions of rows, for nothing."""
-    if not rows.num_rows:
-        return conform(pd.DataFrame({"row": []}))
     return rows.to_pandas(types_mapper=_ARROW_TYPES, split_blocks=True)
 
 
@@ -528,7 +506,7 @@ class Facts:
         picked = [(p if keep is None else p.select(keep)).filter(pc.is_in(p["row"], wanted))
                   for p in self._parts]
         if not picked:
-            return conform(pd.DataFrame({"row": []}))
+            return _pandas(OUT_SCHEMA.empty_table())
         rows = pa.concat_tables(picked)
         for name in coded:
             at = rows.schema.get_field_index(name)
@@ -559,7 +537,7 @@ def local_pass(directory, families) -> list[Rows]:
 def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        return conform(pd.DataFrame({"row": []}))
+        return _pandas(OUT_SCHEMA.empty_table())
     if len(frames) > 1:
         return pd.concat(frames, ignore_index=True)
     # One frame, usually numbered 0.. already (Arrow's): reset_index would copy every

@@ -190,11 +190,12 @@ def test_a_finisher_gets_its_fact_rows_whole_or_only_the_columns_it_names(sink, 
         assert whole.equals(one.of(cycles.FACTS))
 
 
-def test_a_family_frame_is_the_rows_conform_gives():
-    """engine._arrow makes each family's frame OUT_SCHEMA rows itself: strings still in
-    a Categorical (categories in any order, some missing) from its codes, other strings
-    with None, NaN or pd.NA missing, integers as floats or objects, columns left out
-    and witness lists; the same rows as conform and Arrow's conversion of its result."""
+def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
+    """engine._arrow makes each family's frame OUT_SCHEMA rows: strings still in a
+    Categorical (categories in any order, some missing) from its codes, other strings
+    with None, NaN or pd.NA missing, integers given as floats or as Python objects past
+    2^53 exactly, columns left out missing, witness lists as they were; conform gives the
+    same rows in pandas (nullable integers, witness lists of plain dicts)."""
     words = pd.Index(["t2", "t1", "t0"], dtype=object)
     df = pd.DataFrame({
         "row": ["edge"] * 4,
@@ -206,12 +207,35 @@ def test_a_family_frame_is_the_rows_conform_gives():
         "witness_at": [[{"index": 4, "role": "commit"}], None, None, []],
     })
     ours = engine._arrow(df)
-    theirs = pa.Table.from_pandas(engine.conform(df), schema=engine.OUT_SCHEMA,
-                                  preserve_index=False)
     assert ours.schema == engine.OUT_SCHEMA
-    assert ours.equals(theirs)
-    assert ours["txn"].to_pylist() == ["t2", None, "t0", "t1"]
-    assert ours["offset"].to_pylist() == [5, None, 7, 2 ** 62 + 1]
+    expected = {
+        "row": ["edge"] * 4,
+        "txn": ["t2", None, "t0", "t1"],
+        "txn2": ["a", None, None, None],
+        "op": [1, None, 3, 2 ** 40],
+        "offset": [5, None, 7, 2 ** 62 + 1],
+        "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
+        "witness_at": [[{"index": 4, "role": "commit"}], None, None, []],
+    }
+    for name, values in expected.items():
+        assert ours[name].to_pylist() == values, name
+    left_out = [f.name for f in engine.OUT_SCHEMA if f.name not in df]
+    assert left_out and all(ours[name].null_count == 4 for name in left_out)
+
+    rows = engine.conform(df)
+    assert list(rows.columns) == engine.OUT_SCHEMA.names
+    assert all(str(rows[f.name].dtype) == "Int64" for f in engine.OUT_SCHEMA
+               if f.type == pa.int64())
+    assert rows["offset"].tolist() == [5, pd.NA, 7, 2 ** 62 + 1]
+    assert rows["txn2"].tolist() == ["a", None, None, None]
+    assert rows["witnesses"].tolist() == expected["witnesses"]
+    assert all(type(w) is list for w in rows["witnesses"].dropna())
+    assert rows["witness_at"].tolist() == expected["witness_at"]
+    assert pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA,
+                                preserve_index=False).equals(ours)
+    empty = engine.conform(pd.DataFrame({"row": []}))
+    assert list(empty.columns) == engine.OUT_SCHEMA.names and len(empty) == 0
+    assert str(empty["op"].dtype) == "Int64"
 
 
 def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_path, monkeypatch):
