@@ -52,6 +52,27 @@ def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, t
     assert begins == ["ok", "ok"]
 
 
+def test_a_commit_refused_after_a_send_timed_out_is_followed_by_a_recorded_abort(cluster, tmp_path):
+    # Whether the abort landed, and when, is what a request the network still holds can
+    # do after it (KAFKA-12671), so the abort the application owes is in the history.
+    with txn_client(cluster, tmp_path, "abort", 1, {"message.timeout.ms": 2000}) as producer:
+        producer.op_begin({})
+        cluster.disable(cluster.links(kinds=("client",)))
+        try:
+            producer.op_send({"n": 1})  # never reaches the leader: times out in the client
+        finally:
+            cluster.heal()
+        assert not producer.op_commit({})
+        producer.op_begin({})
+        producer.op_send({"n": 1})
+        assert producer.op_commit({})
+    events = read_events(tmp_path / "history.jsonl")
+    ends = [(e["f"], e["txn"], e["type"]) for e in events
+            if e["f"] in ("commit_txn", "abort_txn") and e["type"] != "invoke"]
+    assert ends == [("commit_txn", "t0/1", "fail"), ("abort_txn", "t0/1", "ok"),
+                    ("commit_txn", "t0/2", "ok")], ends
+
+
 def test_bounded_gives_up_on_a_call_that_outlives_its_timeout(monkeypatch):
     monkeypatch.setattr(clients, "HANG_GRACE", 0.2)
     release = threading.Event()

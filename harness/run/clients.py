@@ -319,7 +319,8 @@ class TxnProducer(Client):
         that, the producer is replaced; the new one's init_transactions finishes or aborts
         what the old one left, so the outcome stays unknown (info) and the client goes on.
         A plan whose mix sets commit_timeout "abort" aborts after the first retriable
-        failure instead, as many applications do."""
+        failure instead, as many applications do. A commit that fails with an abortable
+        error is followed by the abort the application owes, recorded as any other."""
         if self.txn is None:
             return False
         if self.must_abort:
@@ -347,8 +348,11 @@ class TxnProducer(Client):
                     self.op_abort(op)
                     return False
         if err is not None and err.txn_requires_abort():
-            self._abort_quietly()
-        elif err is not None and err.fatal():
+            # Recorded: whether the abort landed, and when, decides what a request
+            # still held by the network can do after it (KAFKA-12671).
+            self.op_abort(op)
+            return False
+        if err is not None and err.fatal():
             self._on_error(err)
         else:
             self.producer = None
@@ -367,12 +371,6 @@ class TxnProducer(Client):
             self.w.info(h, describe(error_of(exc) or exc))
             self.producer = None
         self.txn, self.must_abort = None, False
-
-    def _abort_quietly(self) -> None:
-        try:
-            bounded(self.producer.abort_transaction)
-        except (KafkaException, Hung):
-            self.producer = None
 
     def close(self):
         self.producer = None
