@@ -366,9 +366,10 @@ def witnesses(*pairs) -> list[dict]:
     return out
 
 
-def plain_witnesses(v) -> list[dict] | None:
-    """A `witnesses` cell as plain {op: int, role: str} dicts, from a list, an Arrow
-    array's to_pandas (a numpy array of dicts) or a Spark Row; None when missing."""
+def plain_witnesses(v, key: str = "op") -> list[dict] | None:
+    """A `witnesses` cell as plain {op: int, role: str} dicts (with key "index", a
+    `witness_at` cell as {index: int, role: str}), from a list, an Arrow array's
+    to_pandas (a numpy array of dicts) or a Spark Row; None when missing."""
     if v is None or isinstance(v, float) or v is pd.NA:
         return None
-    return [{"op": int(w["op"]), "role": str(w["role"])} for w in v]
+    return [{key: int(w[key]), "role": str(w["role"])} for w in v]

@@ -62,7 +62,7 @@ def _plain(rows: pd.DataFrame) -> pd.DataFrame:
     dicts, as reports and anomaly.witnesses take them (Arrow gives numpy arrays)."""
     rows["witnesses"] = pd.Series([anomaly.plain_witnesses(v) for v in rows["witnesses"]],
                                   index=rows.index, dtype=object)
-    rows["witness_at"] = pd.Series([_plain_at(v) for v in rows["witness_at"]],
+    rows["witness_at"] = pd.Series([anomaly.plain_witnesses(v, "index") for v in rows["witness_at"]],
                                    index=rows.index, dtype=object)
     return rows
 
@@ -96,12 +96,6 @@ def at_events(*pairs) -> list[dict]:
     is known; the driver makes each the op of that event."""
     return [{"index": int(i), "role": role} for i, role in pairs
             if i is not None and not pd.isna(i)]
-
-
-def _plain_at(v) -> list[dict] | None:
-    if v is None or isinstance(v, float) or v is pd.NA:
-        return None
-    return [{"index": int(w["index"]), "role": str(w["role"])} for w in v]
 
 
 def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
@@ -185,7 +179,7 @@ def _arrow(df: pd.DataFrame) -> pa.Table:
         elif f.name == "witnesses":
             arrays.append(pa.array([anomaly.plain_witnesses(v) for v in col], type=f.type))
         elif f.name == "witness_at":
-            arrays.append(pa.array([_plain_at(v) for v in col], type=f.type))
+            arrays.append(pa.array([anomaly.plain_witnesses(v, "index") for v in col], type=f.type))
         elif isinstance(col.dtype, pd.CategoricalDtype):
             codes = col.array.codes
             words = pa.array(col.cat.categories.to_numpy(dtype=object), _S)
