@@ -103,14 +103,7 @@ class Cluster(Metadata):
         self._topology = Topology.allocate(self.n)
         try:
             self._start_toxiproxy(toxiproxy)
-            for node in self.topology.nodes:
-                self._configure(node)
-            with ThreadPoolExecutor(self.n) as pool:
-                list(pool.map(self._format, self.topology.nodes))
-            for node in self.topology.nodes:
-                self._start_node(node)
-            self.save_state()
-            self.wait_ready(timeout)
+            self._start_nodes(timeout)
         except BaseException:
             self.down()
             raise
@@ -128,6 +121,13 @@ class Cluster(Metadata):
         for node in self.topology.nodes:
             self.kill(node)
             shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
+        self._start_nodes(timeout)
+        self._refused = False
+
+    def _start_nodes(self, timeout: float) -> None:
+        """Every node given its settings, its disk formatted and started, then the
+        cluster waited for until ready."""
+        for node in self.topology.nodes:
             self._configure(node)
         with ThreadPoolExecutor(self.n) as pool:
             list(pool.map(self._format, self.topology.nodes))
@@ -135,7 +135,6 @@ class Cluster(Metadata):
             self._start_node(node)
         self.save_state()
         self.wait_ready(timeout)
-        self._refused = False
 
     def down(self) -> None:
         for name in list(self.pids):
