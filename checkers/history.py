@@ -62,6 +62,9 @@ EVENT = pa.schema([
     ("txn", S), ("error", S), ("final", pa.bool_()), ("value", VALUE),
 ])
 REQUIRED = ("index", "op", "process", "type", "f", "time")
+# Where a record, position or partition is: never negative in Kafka. A tool that
+# writes -1 (or librdkafka's -1001) for "not known" writes null instead.
+NON_NEGATIVE = ("partition", "offset", "low", "high", "lso")
 # A record's key is a string in the format, but a tool that writes another JSON value
 # is accepted by the per-line reader, which keeps the key as its JSON text.
 _LENIENT = {"key"}
@@ -232,13 +235,16 @@ class _Mapped:
 
 
 def _type_name(t) -> str:
-    return {int: "an integer", str: "a string", bool: "true or false"}[t]
+    return {int: "an integer of 64 bits", str: "a string", bool: "true or false"}[t]
+
+
+_INT64 = range(-(2**63), 2**63)
 
 
 def _is(value, t) -> bool:
     # JSON true/false decode to bool, a subclass of int; an index of `true` is wrong.
     if t is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
     return isinstance(value, t)
 
 
@@ -290,6 +296,9 @@ def _check_items(f: str, key: str, items, item: pa.StructType, where: str) -> No
             if y is not None and field.name not in _LENIENT and not _is(y, t):
                 raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of a {f} must "
                                    f"be {_type_name(t)}, not {y!r}")
+            if field.name in NON_NEGATIVE and y is not None and y < 0:
+                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of a {f} must "
+                                   f"be 0 or more (null when not known), not {y!r}")
 
 
 def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
@@ -634,8 +643,21 @@ def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
-                                       for n in EVENT.names], schema=EVENT)
+    """A parsed batch as EVENT; ArrowInvalid if it holds what the per-line reader
+    refuses beyond types (a negative partition or offset), so that it names the line."""
+    batch = pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
+                                        for n in EVENT.names], schema=EVENT)
+    value = batch.column("value")
+    for i, field in enumerate(VALUE):
+        if not pa.types.is_list(field.type):
+            continue
+        items = pc.list_flatten(value.field(i))
+        for j, item in enumerate(field.type.value_type):
+            if item.name in NON_NEGATIVE:
+                low = pc.min(items.field(j)).as_py()
+                if low is not None and low < 0:
+                    raise pa.ArrowInvalid(f"value.{field.name}[].{item.name} {low} < 0")
+    return batch
 
 
 def _normal_value(event: dict) -> dict | None:

@@ -113,6 +113,26 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
      '"value": {"records": [{"topic": "t", "partition": "zero", "value": 1}]}}',
      r"records\[0\]\.partition of a send must be an integer"),
+    # Past 64 bits: no reader can hold it, and the checkers must not meet it.
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", '
+     '"time": 18446744073709551616}', "field 'time' must be an integer of 64 bits"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
+     '"value": {"records": [{"topic": "t", "partition": 0, "value": 1, '
+     '"offset": 99999999999999999999}]}}',
+     r"records\[0\]\.offset of a send must be an integer of 64 bits"),
+    # Kafka has no negative partitions or offsets; a writer's -1 for "not known" would
+    # be judged as a place in the log.
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
+     '"value": {"records": [{"topic": "t", "partition": 0, "value": 1}, '
+     '{"topic": "t", "partition": 0, "value": 2, "offset": -1}]}}',
+     r"records\[1\]\.offset of a send must be 0 or more \(null when not known\), not -1"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "seek", "time": 5, '
+     '"value": {"positions": [{"topic": "t", "partition": -2, "offset": 0}]}}',
+     r"positions\[0\]\.partition of a seek must be 0 or more"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "watermarks", "time": 5, '
+     '"value": {"partitions": [{"topic": "t", "partition": 0, "low": 0, "high": 3, '
+     '"lso": -1001}]}}',
+     r"partitions\[0\]\.lso of a watermarks must be 0 or more"),
 ])
 def test_a_malformed_middle_line_names_its_line(tmp_path, line, problem):
     path = tmp_path / "h.jsonl"
