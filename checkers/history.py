@@ -354,7 +354,7 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
     early = done & ~(invoked_at < rows)
     first(early, lambda r: f"{type_.iloc[r]} of op {op[r]} before any invoke of it; "
                            "every completion follows its invoke")
-    _, twice = firsts(done)
+    first_done, twice = firsts(done)
     first(twice, lambda r: f"op {op[r]} completed twice; an op has exactly one completion")
     at = np.where(invoked_at < n, invoked_at, 0)
     f, process = _codes(events["f"]), _codes(events["process"])
@@ -363,6 +363,26 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
                              f"{events['f'].iloc[r]}/{events['process'].iloc[r]} but its "
                              f"invoke has {events['f'].iloc[at[r]]}/"
                              f"{events['process'].iloc[at[r]]}")
+    time = events["time"].to_numpy()
+    first(np.r_[False, np.diff(time) < 0],
+          lambda r: f"time {time[r]} is before the previous event's ({time[r - 1]}); time "
+                    "is monotonic within a history")
+    # A process does one op at a time: each of its invokes after the first comes after
+    # the completion of its previous one. (The nemesis records faults and the harness's
+    # own events from several threads.)
+    names = events["process"]
+    mine = invoke & (names != NEMESIS).to_numpy()
+    inv = np.flatnonzero(mine)
+    inv = inv[np.argsort(process[inv], kind="stable")]  # each process's in file order
+    prev, this = inv[:-1], inv[1:]
+    overlap = (process[prev] == process[this]) & ~(first_done[codes[prev]] < this)
+    previous = dict(zip(this[overlap], prev[overlap]))
+    overlapping = np.zeros(n, dtype=bool)
+    overlapping[this[overlap]] = True
+    first(overlapping,
+          lambda r: f"{names.iloc[r]} invoked op {op[r]} before its op {op[previous[r]]} "
+                    f"(line {line_of(int(previous[r]))}) completed; a process does one op "
+                    "at a time")
     # The first bad row; of its problems, the first rule's.
     return min(problems, key=lambda p: p[0]) if problems else None
 

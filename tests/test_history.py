@@ -113,6 +113,10 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
      '"value": {"records": [{"topic": "t", "partition": "zero", "value": 1}]}}',
      r"records\[0\]\.partition of a send must be an integer"),
+    ('{"index": 1, "op": 9, "process": "q", "type": "invoke", "f": "send", "time": 0}',
+     r"time 0 is before the previous event's \(1\)"),
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 2}',
+     r"p invoked op 9 before its op 0 \(line 1\) completed; a process does one op at a time"),
     # Past 64 bits: no reader can hold it, and the checkers must not meet it.
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", '
      '"time": 18446744073709551616}', "field 'time' must be an integer of 64 bits"),
