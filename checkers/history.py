@@ -382,7 +382,7 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
     first(overlapping,
           lambda r: f"{names.iloc[r]} invoked op {op[r]} before its op {op[previous[r]]} "
                     f"(line {line_of(int(previous[r]))}) completed; a process does one op "
-                    "at a time")
+                    "at a time (after an op that never completes, go on as a new process)")
     # The first bad row; of its problems, the first rule's.
     return min(problems, key=lambda p: p[0]) if problems else None
 
