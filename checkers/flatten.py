@@ -423,7 +423,13 @@ def write_tables(path: Path, out: Path, spool: Path,
         # Pandas only for the transactions' ops: the transactions are grouped there.
         in_txn = pc.and_(pc.is_valid(ops_t.column("txn")),
                          pc.not_equal(ops_t.column("process"), NEMESIS))
-        txns = txn_status.outcomes(ops_t.filter(in_txn).to_pandas(types_mapper=nullable))
+        in_txns = ops_t.filter(in_txn).to_pandas(types_mapper=nullable)
+        shared = txn_status.shared_txn(in_txns)
+        if shared is not None:
+            raise HistoryError(f"{path}: {shared}; a txn names one transaction of one "
+                               "process, unique in the history")
+        txns = txn_status.outcomes(in_txns)
+        del in_txns
         txns_t = to_arrow("txns", txns)
         txns_index = hashed(pd.Index(txns["txn"].to_numpy(dtype=object)))
         writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index).combine_chunks()

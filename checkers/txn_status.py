@@ -92,6 +92,32 @@ def outcomes(ops: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("txn").reset_index()
 
 
+def shared_txn(ops: pd.DataFrame) -> str | None:
+    """Why some `txn` names more than one transaction, or None. A txn is one process's
+    transaction, begun at most once (docs/history.md); ops of two processes under one
+    name, or two begin_txn, would be judged as one transaction with one outcome."""
+    if ops.empty:
+        return None
+    txn, names = pd.factorize(ops["txn"].to_numpy(dtype=object))
+    process = pd.factorize(ops["process"].to_numpy(dtype=object))[0]
+    first = np.empty(len(names), dtype=process.dtype)
+    first[txn[::-1]] = process[::-1]  # the last write wins: each txn's first process
+    other = np.flatnonzero(process != first[txn])
+    if len(other):
+        r = int(other[0])
+        mine = ops.iloc[int(np.flatnonzero(txn == txn[r])[0])]
+        return (f"txn {names[txn[r]]!r} has ops of {mine['process']} (op {mine['op']}) and "
+                f"of {ops['process'].iloc[r]} (op {ops['op'].iloc[r]})")
+    begins = ops.loc[ops["f"] == "begin_txn", ["txn", "op"]]
+    again = begins["txn"].duplicated(keep=False).to_numpy(dtype=bool)
+    if again.any():
+        twice = begins[again]
+        twice = twice[twice["txn"] == twice["txn"].iloc[0]]
+        return (f"txn {twice['txn'].iloc[0]!r} is begun by ops {twice['op'].iloc[0]} and "
+                f"{twice['op'].iloc[1]}")
+    return None
+
+
 def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index,
            written: WriteIndex) -> pd.DataFrame:
     """txns with each unknown transaction that a read_committed poll saw made committed.

@@ -22,10 +22,10 @@ def _history(path, *ops):
     events = []
     for op, (process, f, value, start, type, end, error) in enumerate(ops):
         events.append({"process": process, "f": f, "type": "invoke", "op": op,
-                       "time": int(start * S), "value": value, "txn": "p/1"})
+                       "time": int(start * S), "value": value, "txn": f"{process}/1"})
         if type is not None:
             events.append({"process": process, "f": f, "type": type, "op": op,
-                           "time": int(end * S), "value": {}, "txn": "p/1",
+                           "time": int(end * S), "value": {}, "txn": f"{process}/1",
                            **({"error": error} if error else {})})
     events.sort(key=lambda e: e["time"])
     with open(path, "w") as out:

@@ -240,6 +240,22 @@ def test_a_value_written_twice_is_refused(tmp_path):
         tables_of(h.path)
 
 
+def test_a_txn_name_of_two_transactions_is_refused(tmp_path):
+    # Judged as one, the committed transaction's outcome would be the other's too.
+    from tests.histories import History
+    with History(tmp_path / "two.jsonl") as h:
+        h.txn("p0", "T", [(0, 1, 0)])
+        h.txn("p1", "T", [(0, 2, 1)], outcome="abort")
+    with pytest.raises(HistoryError, match=r"txn 'T' has ops of p0 \(op 0\) and of p1 \(op 3\); "
+                                           "a txn names one transaction of one process"):
+        tables_of(h.path)
+    with History(tmp_path / "again.jsonl") as h:
+        h.txn("p0", "T", [(0, 1, 0)])
+        h.txn("p0", "T", [(0, 2, 1)], outcome="abort")
+    with pytest.raises(HistoryError, match=r"txn 'T' is begun by ops 0 and 3"):
+        tables_of(h.path)
+
+
 def test_reads_carry_their_writer(tmp_path):
     from tests.histories import History
     with History(tmp_path / "h.jsonl") as h:
