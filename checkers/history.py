@@ -4,15 +4,16 @@ This module is the contract between the run and the checks: the writer the harne
 records with, the schema of an event, and the one reader, which is the authority on
 what a well-formed history is.
 
-The rules are stated once: the schema EVENT (the fields and their types), the
-truncated-last-line rule (`_complete_length`) and the rules between events
-(`_structure_problem`). Two readers apply them. `events_table`, the fast one, parses
-in C++ with pyarrow against EVENT and checks the rules between events vectorized;
-`read_events`, the per-line one, checks each line against EVENT in Python and then
-the same rules between events, so that it can name the file and line of the first
-problem. The fast reader hands the file to the per-line one whenever it meets
-anything it does not accept: that either names the bad line or accepts the file (it
-takes a non-string key, which EVENT does not), so every rejection names a line.
+The rules are stated once: the schema EVENT (the fields and their types, integers
+of 64 bits), the fields never negative (NON_NEGATIVE), the truncated-last-line rule
+(`_complete_length`) and the rules between events (`_structure_problem`). Two readers
+apply them. `events_table`, the fast one, parses in C++ with pyarrow against EVENT and
+checks the rest vectorized; `read_events`, the per-line one, checks each line against
+EVENT and NON_NEGATIVE in Python and then the same rules between events, so that it
+can name the file and line of the first problem. The fast reader hands the file to
+the per-line one whenever it meets anything it does not accept: that either names the
+bad line or accepts the file (it takes a non-string key, which EVENT does not), so
+every rejection names a line.
 """
 from __future__ import annotations
 
