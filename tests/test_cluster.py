@@ -220,6 +220,23 @@ def test_healing_right_after_a_kill_waits_for_the_node_itself(cluster):
                for _ in range(5))
 
 
+def test_healing_a_restart_allows_for_the_controllers_periodic_election(cluster, monkeypatch):
+    # A partition whose every replica was killed may get its last known leader only at
+    # the controller's periodic check (docs/findings.md, Session 6): a heal that starts
+    # nodes waits that long before it calls the cluster not ready; one that starts none
+    # does not.
+    waits = []
+    wait_ready = cluster.wait_ready
+    monkeypatch.setattr(cluster, "wait_ready", lambda timeout: (waits.append(timeout),
+                                                                wait_ready(timeout)))
+    cluster.kill(cluster.topology.nodes[-1])
+    cluster.heal_all()
+    cluster.disable(cluster.links(cluster.topology.nodes[0], ("client",)))
+    cluster.heal_all()
+    interval = float(cluster.overrides.get("leader.imbalance.check.interval.seconds", 300))
+    assert waits == [max(180, interval + 60), 180]
+
+
 def test_pause_and_resume_a_node(cluster):
     from onceproof.cluster import procs
     victim = cluster.topology.nodes[0]

@@ -11,7 +11,7 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
 QUIET = {"log_level": 0, "log.connection.close": False}
 
@@ -72,14 +72,19 @@ class Metadata:
         broker computes it (abs of Java's String.hashCode, modulo the partition count),
         so it is known before the client has asked, and while a fault hides it from
         FindCoordinator. None when the internal topic or its leader is not known."""
+        part = self._coordinating_partition(kind, key)[1]
+        return part.leader if part is not None and part.leader >= 0 else None
+
+    def _coordinating_partition(self, kind: str, key: str) -> tuple[str, PartitionMetadata | None]:
+        """The internal topic of a kind of coordinator, and the partition of it that a key
+        hashes to as a fresh client sees it now (None: the topic or its partitions are
+        not known yet)."""
         topic = {"transaction": "__transaction_state", "group": "__consumer_offsets"}[kind]
         try:
             parts = self.admin().list_topics(topic, timeout=5).topics[topic].partitions
         except (KafkaException, KeyError):
-            return None
-        if not parts:
-            return None
-        return self.leader(topic, _java_abs(_java_hash(key)) % len(parts))
+            return topic, None
+        return topic, parts.get(_java_abs(_java_hash(key)) % len(parts)) if parts else None
 
     # ---- readiness probes --------------------------------------------------------------
 
@@ -91,9 +96,7 @@ class Metadata:
         full ISR, then a group and a transaction coordinator."""
         if not self.probe_isr(admin):
             return "probe topic has not reached its full ISR"
-        if not self.probe_coordinators():
-            return "no group or transaction coordinator answers yet"
-        return None
+        return self.probe_coordinators()
 
     def probe_isr(self, admin: AdminClient) -> bool:
         """A fresh topic replicated to every node reaches its full ISR."""
@@ -113,7 +116,10 @@ class Metadata:
         finally:
             admin.delete_topics([topic])
 
-    def probe_coordinators(self) -> bool:
+    def probe_coordinators(self) -> str | None:
+        """None when a fresh group and a fresh transactional id each get an answer from
+        their coordinator; otherwise which did not, its internal partition as metadata
+        shows it, and the client's error (what a failed readiness wait reports)."""
         # The first group and the first transactional id create __consumer_offsets and
         # __transaction_state. Done here, so a plan's first seconds measure the plan and
         # not the creation of internal topics (a 3 s poll at the start of a run on a
@@ -124,12 +130,22 @@ class Metadata:
         probe = self._probe_name()
         quiet = {**self.connection(), **QUIET}
         consumer = Consumer({**quiet, "group.id": probe})
+        kind = "group"
         try:
             consumer.committed([TopicPartition(probe, 0)], timeout=15)
+            kind = "transaction"
             producer = Producer({**quiet, "transactional.id": probe})
             producer.init_transactions(15)
-        except KafkaException:
-            return False
+        except KafkaException as exc:
+            return f"no {kind} coordinator answers yet ({self._internal_partition(kind, probe)}: {exc})"
         finally:
             consumer.close()
-        return True
+        return None
+
+    def _internal_partition(self, kind: str, key: str) -> str:
+        """The internal partition that coordinates a key, with its leader and ISR: what
+        tells a coordinator that is loading from one that has no leader."""
+        topic, part = self._coordinating_partition(kind, key)
+        if part is None:
+            return f"{topic} not known yet"
+        return f"{topic}-{part.id} leader {part.leader} isr {sorted(part.isrs)}"
