@@ -112,21 +112,37 @@ RARE_CHECKS = {"leader.imbalance.check.interval.seconds": 3600}
 FREQUENT_CHECKS = {"leader.imbalance.check.interval.seconds": 10}
 
 
+def _kept_offline(trial) -> bool:
+    v = trial.verdict
+    return v.valid and not v.live and v.stalls == ["unrecovered_partition"]
+
+
+def _lost_to_the_empty_leader(trial) -> bool:
+    return bool({"lost_write", "unseen"} & set(trial.verdict.counts))
+
+
 def test_a_partition_the_cluster_keeps_offline_is_unrecovered_not_valid(cluster, tmp_path,
                                                                          monkeypatch):
     # The only in-sync replica loses its disk. With eligible leader replicas (KIP-966,
     # on by default for new clusters from Kafka 4.1) the controller elects no follower
-    # that lags, with unclean election off, and until its periodic check the wiped node
-    # neither: the partition has no leader to the end. Shorter waits than a run's: the
-    # outcome is the same.
+    # that lags, with unclean election off, and mostly the wiped node neither until its
+    # periodic check: the partition has no leader to the end. At times Kafka elects the
+    # wiped node, its last known leader, as soon as it is back (docs/findings.md,
+    # Session 6; one CI run of about ten), and the writes only it had are lost. Each run
+    # must be judged as one of the two; up to four runs for one that keeps the partition
+    # offline. Shorter waits than a run's: the outcome is the same.
     if cluster.dist.release < (4, 1):
         pytest.skip("needs eligible leader replicas (KIP-966), on by default from Kafka 4.1")
     monkeypatch.setattr(execute, "SETTLE_TIMEOUT", 15.0)
     monkeypatch.setattr(execute, "FINAL_READ_TIMEOUT", 15.0)
-    trial = run_trial(_lagging_leader_dies(RARE_CHECKS, how="wipe"), cluster, tmp_path / "wiped")
-    assert trial.exercised["acknowledged_writes"] > 0
-    v = trial.verdict
-    assert v.valid and not v.live and v.stalls == ["unrecovered_partition"], v.summary()
+    trials: list = []
+    while len(trials) < 4 and not (trials and _kept_offline(trials[-1])):
+        trial = run_trial(_lagging_leader_dies(RARE_CHECKS, how="wipe"), cluster,
+                          tmp_path / f"wiped-{len(trials)}")
+        assert trial.exercised["acknowledged_writes"] > 0
+        assert _kept_offline(trial) or _lost_to_the_empty_leader(trial), trial.verdict.summary()
+        trials.append(trial)
+    assert _kept_offline(trials[-1]), [t.verdict.summary() for t in trials]
 
 
 def test_the_wiped_last_leader_is_elected_back_empty_and_acknowledged_writes_are_lost(
@@ -138,4 +154,4 @@ def test_the_wiped_last_leader_is_elected_back_empty_and_acknowledged_writes_are
     trial = run_trial(_lagging_leader_dies(FREQUENT_CHECKS, how="wipe"), cluster,
                       tmp_path / "elected")
     assert trial.exercised["acknowledged_writes"] > 0
-    assert {"lost_write", "unseen"} & set(trial.verdict.counts), trial.verdict.counts
+    assert _lost_to_the_empty_leader(trial), trial.verdict.counts
