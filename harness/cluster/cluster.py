@@ -459,8 +459,8 @@ class Cluster(Metadata):
         When nodes were down, the wait allows for one of the controller's periodic leader
         checks (leader.imbalance.check.interval.seconds, 300 s by default): with eligible
         leader replicas (KIP-966, Kafka 4.1 on), a partition whose every replica was
-        killed can stay without a leader until that check, depending on the order in
-        which the brokers are fenced and register again (docs/findings.md, Session 6)."""
+        killed can stay without a leader until that check, depending on a timing of
+        fencing and registering we have not pinned down (docs/findings.md, Session 6)."""
         if self.down_nodes:
             timeout = max(timeout, self._leader_check_interval() + 60.0)
         self.heal()

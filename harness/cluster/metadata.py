@@ -14,6 +14,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
 QUIET = {"log_level": 0, "log.connection.close": False}
+# The internal topic whose partitions place each kind of coordinator.
+INTERNAL_TOPIC = {"transaction": "__transaction_state", "group": "__consumer_offsets"}
 
 
 def _java_hash(s: str) -> int:
@@ -72,19 +74,19 @@ class Metadata:
         broker computes it (abs of Java's String.hashCode, modulo the partition count),
         so it is known before the client has asked, and while a fault hides it from
         FindCoordinator. None when the internal topic or its leader is not known."""
-        part = self._coordinating_partition(kind, key)[1]
+        part = self._coordinating_partition(kind, key)
         return part.leader if part is not None and part.leader >= 0 else None
 
-    def _coordinating_partition(self, kind: str, key: str) -> tuple[str, PartitionMetadata | None]:
-        """The internal topic of a kind of coordinator, and the partition of it that a key
-        hashes to as a fresh client sees it now (None: the topic or its partitions are
-        not known yet)."""
-        topic = {"transaction": "__transaction_state", "group": "__consumer_offsets"}[kind]
+    def _coordinating_partition(self, kind: str, key: str) -> PartitionMetadata | None:
+        """The partition of a kind of coordinator's internal topic that a key hashes to,
+        as a fresh client sees it now (None: the topic or its partitions are not known
+        yet)."""
+        topic = INTERNAL_TOPIC[kind]
         try:
             parts = self.admin().list_topics(topic, timeout=5).topics[topic].partitions
         except (KafkaException, KeyError):
-            return topic, None
-        return topic, parts.get(_java_abs(_java_hash(key)) % len(parts)) if parts else None
+            return None
+        return parts.get(_java_abs(_java_hash(key)) % len(parts)) if parts else None
 
     # ---- readiness probes --------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class Metadata:
     def _internal_partition(self, kind: str, key: str) -> str:
         """The internal partition that coordinates a key, with its leader and ISR: what
         tells a coordinator that is loading from one that has no leader."""
-        topic, part = self._coordinating_partition(kind, key)
+        topic, part = INTERNAL_TOPIC[kind], self._coordinating_partition(kind, key)
         if part is None:
             return f"{topic} not known yet"
         return f"{topic}-{part.id} leader {part.leader} isr {sorted(part.isrs)}"
