@@ -68,7 +68,7 @@ class Extract:
 
         polls = where(("poll",), "ok")
         if polls.any():
-            self.polls.add(explode(events, polls, "records").drop_columns(["key"]))
+            self.polls.add(explode(events, polls, "records"))
         first = events.column("index")[0].as_py() if len(batch) else 0
         masks = {}
         for name, (fs, type_, field) in LISTS.items():

@@ -35,7 +35,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # transaction that aborted), failed (the send definitely did not happen), unknown.
     "writes": _schema(
         ("op", I), ("rec", I), ("process", S), ("txn", S), ("type", S), ("topic", S),
-        ("partition", I), ("key", S), ("value", I), ("source", I), ("offset", I),
+        ("partition", I), ("value", I), ("source", I), ("offset", I),
         *_OP_TIMES, ("txn_outcome", S), ("status", S), ("txn_begin_index", I),
         ("txn_commit_invoke_index", I), ("txn_commit_complete_index", I), ("final", B)),
     # One row per record a poll returned, in the order returned (rec), with what is
