@@ -682,8 +682,8 @@ def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _normal_value(event: dict) -> dict | None:
-    """An event's value as EVENT holds it: a fault's is left out, and fields EVENT does
-    not name."""
+    """An event's value as EVENT holds it: a fault's is left out, and so is every field
+    EVENT does not name."""
     value = event.get("value")
     if not value or event["process"] == NEMESIS:
         return None
