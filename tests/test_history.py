@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from onceproof.checkers import history
 from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
 from onceproof.checkers.store import tables_of
 
@@ -173,9 +174,22 @@ def test_fast_parser_and_reader_agree(tmp_path):
     assert table.column("final").to_pylist() == [e.get("final") for e in events]
 
 
-def test_a_records_key_is_not_read_whatever_its_json(tmp_path):
+def _per_line_reads(monkeypatch) -> list[str]:
+    """The files the fast reader hands to the per-line reader, from now on."""
+    handed: list[str] = []
+    per_line = history.read_events
+
+    def spied(path):
+        handed.append(str(path))
+        return per_line(path)
+    monkeypatch.setattr(history, "read_events", spied)
+    return handed
+
+
+def test_a_records_key_is_not_read_whatever_its_json(tmp_path, monkeypatch):
     """No check reads keys, so the fast reader skips them: a key of any JSON value is
     accepted by it (no fallback to the per-line reader) and kept in no table."""
+    handed = _per_line_reads(monkeypatch)
     path = tmp_path / "h.jsonl"
     with HistoryWriter(path) as w:
         for v, key in enumerate(["k", 7, {"a": [1]}, None], start=1):
@@ -184,20 +198,23 @@ def test_a_records_key_is_not_read_whatever_its_json(tmp_path):
             w.ok(op, {"records": [{"topic": "t", "partition": 0, "key": key, "value": v,
                                    "offset": v - 1}]})
     assert events_table(path).num_rows == 8
+    assert handed == []
     tables, _ = tables_of(path)
     assert "key" not in tables["writes"].column_names
     assert tables["writes"].column("value").to_pylist() == [1, 2, 3, 4]
 
 
-def test_a_faults_free_form_value_falls_back_to_the_reader(tmp_path):
+def test_a_faults_free_form_value_falls_back_to_the_reader(tmp_path, monkeypatch):
     """A fault's value is free-form: a field that EVENT types otherwise (a list of
     records as a string) fails the fast parse, and the per-line reader accepts it."""
+    handed = _per_line_reads(monkeypatch)
     path = tmp_path / "h.jsonl"
     with HistoryWriter(path) as w:
         w.fault("partition", {"records": "n1|n2,n3", "timeout_ms": "soon"})
         op = w.invoke("p0", "send", {"records": [{"topic": "t", "partition": 0, "value": 1}]})
         w.ok(op, {"records": [{"topic": "t", "partition": 0, "value": 1, "offset": 0}]})
     table = events_table(path)
+    assert handed == [str(path)]
     assert table.column("process").to_pylist()[0] == "nemesis"
     assert table.num_rows == 4
 
