@@ -5,8 +5,9 @@ records with, the schema of an event, and the one reader, which is the authority
 what a well-formed history is.
 
 The rules are stated once: the schema EVENT (the fields and their types, integers
-of 64 bits), the fields never negative (NON_NEGATIVE), the truncated-last-line rule
-(`_complete_length`) and the rules between events (`_structure_problem`). Two readers
+of 64 bits, strings of Unicode text, lists of objects), the fields never negative
+(NON_NEGATIVE), the truncated-last-line rule (`_complete_length`) and the rules
+between events (`_structure_problem`). Two readers
 apply them. `events_table`, the fast one, parses in C++ with pyarrow against EVENT and
 checks the rest vectorized; `read_events`, the per-line one, checks each line against
 EVENT and NON_NEGATIVE in Python and then the same rules between events, so that it
@@ -236,7 +237,8 @@ class _Mapped:
 
 
 def _type_name(t) -> str:
-    return {int: "an integer of 64 bits", str: "a string", bool: "true or false"}[t]
+    return {int: "an integer of 64 bits", str: "a string of Unicode text",
+            bool: "true or false"}[t]
 
 
 _INT64 = range(-(2**63), 2**63)
@@ -246,7 +248,19 @@ def _is(value, t) -> bool:
     # JSON true/false decode to bool, a subclass of int; an index of `true` is wrong.
     if t is int:
         return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+    if t is str:
+        # A lone surrogate escape ("\ud800") is valid JSON but not text: no UTF-8
+        # string, Arrow's or a report's, can hold it.
+        return isinstance(value, str) and _is_text(value)
     return isinstance(value, t)
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_event(event: Any, where: str) -> None:
@@ -665,14 +679,21 @@ def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A parsed batch as EVENT; ArrowInvalid if it holds what the per-line reader
-    refuses beyond types (a negative partition or offset), so that it names the line."""
+    refuses beyond types (bytes that are not UTF-8 in a string, a null item in a list,
+    a negative partition or offset), so that it names the line."""
     batch = pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
                                         for n in EVENT.names], schema=EVENT)
+    # pyarrow's JSON parser passes bytes that are not UTF-8 into its strings.
+    batch.validate(full=True)
     value = batch.column("value")
     for i, field in enumerate(VALUE):
         if not pa.types.is_list(field.type):
             continue
         items = pc.list_flatten(value.field(i))
+        # A null in a list (`"records": [null]`) parses as a missing item; the per-line
+        # reader refuses it: an item is an object.
+        if items.null_count:
+            raise pa.ArrowInvalid(f"value.{field.name}[] holds null")
         for j, item in enumerate(field.type.value_type):
             if item.name in NON_NEGATIVE:
                 low = pc.min(items.field(j)).as_py()
@@ -778,8 +799,21 @@ def _line_around(fd: int, at: int, cut: int, step: int = 4096) -> tuple[int, byt
 def _fault_line(line: bytes, out: dict[int, dict]) -> None:
     event = json.loads(line)
     if event.get("process") == NEMESIS:
-        value = event.get("value")
+        value = _as_text(event.get("value"))
         out[event["index"]] = value if isinstance(value, dict) else {}
+
+
+def _as_text(x: Any) -> Any:
+    """Parsed JSON with each lone surrogate in its strings (keys too) written out as
+    its escape: the free-form parts of an event (a fault's parameters, a record's key)
+    are not checked, and may hold what no UTF-8 text (a report, a plot) can."""
+    if isinstance(x, str):
+        return x if _is_text(x) else x.encode("utf-8", "backslashreplace").decode()
+    if isinstance(x, dict):
+        return {_as_text(k): _as_text(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_as_text(v) for v in x]
+    return x
 
 
 def _line_starts(data, cut: int) -> np.ndarray:
@@ -802,7 +836,7 @@ def _event_at(data, starts: np.ndarray, index: int) -> dict | None:
     def at(row: int) -> dict:
         start = int(starts[row])
         end = data.find(b"\n", start)
-        return json.loads(data[start:end if end >= 0 else len(data)])
+        return _as_text(json.loads(data[start:end if end >= 0 else len(data)]))
 
     if 0 <= index < len(starts):
         event = at(index)
