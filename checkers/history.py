@@ -6,12 +6,13 @@ what a well-formed history is.
 
 The rules are stated once: the schema EVENT (the fields and their types, integers
 of 64 bits, strings of Unicode text, lists of objects), the fields never negative
-(NON_NEGATIVE), the truncated-last-line rule (`_complete_length`) and the rules
-between events (`_structure_problem`). Two readers
-apply them. `events_table`, the fast one, parses in C++ with pyarrow against EVENT and
-checks the rest vectorized; `read_events`, the per-line one, checks each line against
-EVENT and NON_NEGATIVE in Python and then the same rules between events, so that it
-can name the file and line of the first problem. The fast reader hands the file to
+(NON_NEGATIVE) and those an item of a list needs (`_required`), the
+truncated-last-line rule (`_complete_length`) and the rules between events
+(`_structure_problem`). Two readers apply them. `events_table`, the fast one, parses
+in C++ with pyarrow against EVENT and checks the rest vectorized; `read_events`, the
+per-line one, checks each line against EVENT, NON_NEGATIVE and `_required` in Python
+and then the same rules between events, so that it can name the file and line of the
+first problem. The fast reader hands the file to
 the per-line one whenever it meets anything it does not accept: that either names the
 bad line or accepts the file (a fault's value is free-form, and may hold a field that
 EVENT types otherwise), so every rejection names a line.
@@ -70,6 +71,14 @@ REQUIRED = ("index", "op", "process", "type", "f", "time")
 # Where a record, position or partition is: never negative in Kafka. A tool that
 # writes -1 (or librdkafka's -1001) for "not known" writes null instead.
 NON_NEGATIVE = ("partition", "offset", "low", "high", "lso")
+# What an item of a list must hold: the partition it is about (Kafka names one by its
+# topic and number), and a record the value that identifies its write.
+ITEM_REQUIRED = ("topic", "partition")
+RECORD_REQUIRED = (*ITEM_REQUIRED, "value")
+
+
+def _required(item: pa.StructType) -> tuple[str, ...]:
+    return RECORD_REQUIRED if item == RECORD else ITEM_REQUIRED
 
 
 class HistoryError(Exception):
@@ -198,12 +207,17 @@ def _existing(path: str | os.PathLike) -> Path:
 
 def _complete_length(path: Path, data, warn: bool = True) -> int:
     """Length of the history without a truncated last line, warning when there is one:
-    a last line that is not valid JSON is the writer's last, interrupted write."""
+    a last line that is not valid JSON and has no newline after it is the writer's
+    last, interrupted write. A writer ends each line with its newline, so a line that
+    has one was written whole: if it is not JSON, the file is damaged (the readers
+    name that line)."""
     end = len(data)
     while end > 0 and data[end - 1:end] in (b"\n", b"\r", b" ", b"\t"):
         end -= 1
     if end == 0:
         return 0
+    if b"\n" in data[end:]:
+        return len(data)
     start = data.rfind(b"\n", 0, end) + 1
     try:
         json.loads(data[start:end])
@@ -305,6 +319,11 @@ def _check_items(f: str, key: str, items, item: pa.StructType, where: str) -> No
     for i, x in enumerate(items):
         if not isinstance(x, dict):
             raise HistoryError(f"{where}: value.{key}[{i}] of a {f} must be an object")
+        for name in _required(item):
+            if x.get(name) is None:
+                raise HistoryError(f"{where}: value.{key}[{i}] of a {f} has no {name}; "
+                                   "every item names its topic and partition, and a "
+                                   "record its value")
         for field in item:
             y = x.get(field.name)
             t = _PYTHON_TYPES[field.type]
@@ -441,8 +460,8 @@ def read_events(path: str | os.PathLike) -> list[dict]:
                 event = json.loads(text)
             except ValueError as exc:
                 raise HistoryError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)}); "
-                                   "only the last line may be truncated, so the file is "
-                                   "damaged") from None
+                                   "only a last line without its newline can be a write "
+                                   "cut short, so the file is damaged") from None
             _check_event(event, where)
             events.append(event)
             linenos.append(lineno)
@@ -680,7 +699,8 @@ def _whole_lines(path: Path, cut: int, size: int = _BLOCK):
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
     """A parsed batch as EVENT; ArrowInvalid if it holds what the per-line reader
     refuses beyond types (bytes that are not UTF-8 in a string, a null item in a list,
-    a negative partition or offset), so that it names the line."""
+    an item without a field it requires, a negative partition or offset), so that it
+    names the line."""
     batch = pa.RecordBatch.from_arrays([batch.column(n).cast(EVENT.field(n).type)
                                         for n in EVENT.names], schema=EVENT)
     # pyarrow's JSON parser passes bytes that are not UTF-8 into its strings.
@@ -694,7 +714,10 @@ def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
         # reader refuses it: an item is an object.
         if items.null_count:
             raise pa.ArrowInvalid(f"value.{field.name}[] holds null")
+        required = _required(field.type.value_type)
         for j, item in enumerate(field.type.value_type):
+            if item.name in required and items.field(j).null_count:
+                raise pa.ArrowInvalid(f"value.{field.name}[] without {item.name}")
             if item.name in NON_NEGATIVE:
                 low = pc.min(items.field(j)).as_py()
                 if low is not None and low < 0:

@@ -12,9 +12,18 @@ import click
 from onceproof.errors import SetupError
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    # One line per warning, as for errors: what happened, not the source line that
+    # called warnings.warn (Python's default shows both, on two lines).
+    click.echo(f"onceproof: warning: {message}", err=True)
+
+
 class _Group(click.Group):
     def invoke(self, ctx):
+        import warnings
+
         from onceproof.workloads.plan import PlanError
+        warnings.showwarning = _warning_line
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):

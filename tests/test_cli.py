@@ -2,6 +2,7 @@
 `python -m onceproof`, run as processes, answer --help and --version with exit 0."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,22 @@ def test_a_broker_setting_the_harness_owns_is_refused_before_anything_starts(tmp
         assert done.returncode == 2 and len(lines) == 1, done.stderr
         assert "the harness sets" in lines[0] and ("listeners" in lines[0] or "node.id" in lines[0])
         assert not (tmp_path / "runs").exists()
+
+
+def test_a_history_problem_is_one_line_and_a_warning_one_more(tmp_path):
+    """A truncated last line is skipped with a warning; a damaged middle line refuses
+    the history. Each reads as one line of its own, with no traceback or source line."""
+    good = {"index": 0, "op": 0, "process": "p", "type": "invoke", "f": "commit_txn",
+            "time": 1, "value": {}}
+    history = tmp_path / "h.jsonl"
+    history.write_text(json.dumps(good) + "\n" + '{"index": 1, "op"')
+    done = _run(str(SCRIPT), "check", str(history))
+    assert done.returncode == 2, done.stderr  # nothing left to judge: UNKNOWN
+    assert done.stderr.splitlines() == [
+        f"onceproof: warning: {history}:2: skipped a truncated last line (Expecting ':' "
+        "delimiter); the writer probably died mid-write"]
+    history.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(good) + "\n")
+    done = _run(str(SCRIPT), "check", str(history))
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"onceproof: {history}:2: not valid JSON")

@@ -150,6 +150,16 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
     ('{"index": 1, "op": 9, "process": "q", "type": "invoke", "f": "seek", "time": 2, '
      '"value": {"positions": [{"topic": "t", "partition": 0, "offset": 0}, null]}}',
      r"positions\[1\] of a seek must be an object"),
+    # An item names its partition, and a record its value: the checks place each by them.
+    ('{"index": 1, "op": 9, "process": "q", "type": "invoke", "f": "send", "time": 2, '
+     '"value": {"records": [{"topic": "t", "partition": 0}]}}',
+     r"records\[0\] of a send has no value"),
+    ('{"index": 1, "op": 9, "process": "q", "type": "ok", "f": "poll", "time": 2, '
+     '"value": {"records": [{"partition": 0, "value": 1, "offset": 0}]}}',
+     r"records\[0\] of a poll has no topic"),
+    ('{"index": 1, "op": 9, "process": "q", "type": "invoke", "f": "watermarks", "time": 2, '
+     '"value": {"partitions": [{"topic": "t", "partition": null, "high": 3}]}}',
+     r"partitions\[0\] of a watermarks has no partition"),
     # A lone surrogate escape is valid JSON, but no UTF-8 text holds it.
     ('{"index": 1, "op": 9, "process": "p\\ud800", "type": "invoke", "f": "send", "time": 5}',
      r"field 'process' must be a string of Unicode text, not 'p\\ud800'"),
