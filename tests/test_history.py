@@ -12,7 +12,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from onceproof.checkers import history
+from onceproof.checkers import check, history
 from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
 from onceproof.checkers.store import tables_of
 
@@ -475,7 +475,8 @@ def test_a_line_longer_than_a_block_is_parsed_with_larger_blocks(tmp_path, monke
 # them replaced by another: each reader refuses with the same one line, or both read
 # the same table (the fast one's handoff included), and neither fails otherwise.
 # A cheap property (milliseconds an example), so more examples than the profiles'.
-_AGREE_EXAMPLES = 1000 if os.environ.get("HYPOTHESIS_PROFILE") == "nightly" else 150
+_NIGHTLY = os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
+_AGREE_EXAMPLES = 1000 if _NIGHTLY else 150
 _R = {"topic": "t", "partition": 0, "value": 1}
 _AGREE_BASE = [
     {"process": "p", "type": "invoke", "f": "send", "txn": "p/1",
@@ -543,16 +544,22 @@ def _outcome(read, path):
     return "read", rows
 
 
-@settings(max_examples=_AGREE_EXAMPLES, deadline=None)
-@given(data=st.data())
-def test_both_readers_agree_on_any_one_value_changed(tmp_path_factory, data):
+def _changed_history(data, folder):
+    """The base history with one JSON value somewhere in one event replaced."""
     events = [{"index": i, "op": op, "time": 10 * i, **json.loads(json.dumps(e))}
               for i, (op, e) in enumerate(zip(_OPS, _AGREE_BASE))]
     row = data.draw(st.integers(0, len(events) - 1), label="event")
     where = data.draw(st.sampled_from(list(_paths(events[row]))), label="path")
     _put(events[row], where, data.draw(_JSON, label="value"))
-    path = tmp_path_factory.mktemp("agree") / "h.jsonl"
+    path = folder / "h.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+@settings(max_examples=_AGREE_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_both_readers_agree_on_any_one_value_changed(tmp_path_factory, data):
+    path = _changed_history(data, tmp_path_factory.mktemp("agree"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fast, per_line = _outcome(events_table, path), _outcome(read_events, path)
@@ -562,3 +569,22 @@ def test_both_readers_agree_on_any_one_value_changed(tmp_path_factory, data):
         assert fast[1] == per_line[1]
     else:
         assert fast[1] == per_line[1]
+
+
+@settings(max_examples=300 if _NIGHTLY else 25, deadline=None)
+@given(data=st.data())
+def test_a_history_the_readers_accept_is_checked_or_refused_in_one_line(tmp_path_factory, data):
+    """Whatever a history holds, the check gives a verdict or refuses it with one line
+    naming the problem (a record without its topic once failed inside a checker)."""
+    path = _changed_history(data, tmp_path_factory.mktemp("whole"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            verdict = check(path, local=True)
+        except HistoryError as exc:
+            event("refused")
+            assert "\n" not in str(exc)
+            return
+    event("checked")
+    assert verdict.summary()
+    json.dumps(verdict.to_dict())
