@@ -537,8 +537,10 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
         with open(path, "rb") as fh:
             source = _Scanned(fh, 0, cut, hits)
             kept = [take(_conform(batch)) for batch in _ahead(_reader(source, block))]
-        return pa.Table.from_batches(kept, schema=schema)
+        return _one_per_line(pa.Table.from_batches(kept, schema=schema), path, cut,
+                             source.newlines)
     parts: list[list[pa.RecordBatch]] = [[] for _ in ranges]
+    newlines = [0] * len(ranges)
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -546,10 +548,12 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
         try:
             with open(path, "rb") as fh:
                 fh.seek(start)
-                for batch in _reader(_Scanned(fh, start, end - start, hits), block):
+                source = _Scanned(fh, start, end - start, hits)
+                for batch in _reader(source, block):
                     if stop.is_set():
                         return
                     parts[i].append(take(_conform(batch)))
+                newlines[i] = source.newlines
         except BaseException as exc:
             errors.append(exc)
             stop.set()
@@ -566,7 +570,20 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
         stop.set()
     if errors:
         raise errors[0]
-    return pa.Table.from_batches([b for part in parts for b in part], schema=schema)
+    return _one_per_line(pa.Table.from_batches([b for part in parts for b in part],
+                                                schema=schema), path, cut, sum(newlines))
+
+
+def _one_per_line(table: pa.Table, path: Path, cut: int, newlines: int) -> pa.Table:
+    """The table, if it has one row per line of the first `cut` bytes that is not blank;
+    else ArrowInvalid. pyarrow's parse reads events with no newline between them as
+    rows of their own, where the per-line reader refuses their line."""
+    with _Mapped(path) as data:
+        lines = newlines + (data[cut - 1:cut] != b"\n")
+        # Blank lines hold no event; counted only when the rows are fewer than lines.
+        if table.num_rows != lines and table.num_rows != len(_line_starts(data, cut)):
+            raise pa.ArrowInvalid("a line holds more than one event")
+    return table
 
 
 def _reader(source, block: int):
@@ -641,11 +658,13 @@ def _ahead(reader):
 
 class _Scanned(io.RawIOBase):
     """The `cut` bytes of an open binary file from its position `start`, as a file to
-    read, noting in `hits` the offset of each _FAULT_NEEDLE in them."""
+    read, noting in `hits` the offset of each _FAULT_NEEDLE in them, and counting
+    their newlines."""
 
     def __init__(self, fh, start: int, cut: int, hits: list[int]) -> None:
         self.fh, self.at, self.left, self.hits = fh, start, cut, hits
         self.tail = b""  # the end of the last read, where a needle may begin
+        self.newlines = 0
 
     def readable(self) -> bool:
         return True
@@ -654,6 +673,7 @@ class _Scanned(io.RawIOBase):
         # pyarrow reads through read(); the bytes it gets are the ones searched.
         data = self.fh.read(self.left if size < 0 else min(size, self.left))
         self.left -= len(data)
+        self.newlines += data.count(b"\n")
         keep = len(_FAULT_NEEDLE) - 1
         seam = self.tail + data[:keep]
         at = seam.find(_FAULT_NEEDLE)

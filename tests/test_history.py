@@ -214,6 +214,24 @@ def test_lone_surrogates_in_free_form_parts_come_out_as_text(tmp_path):
     json.dumps([faults, sent], ensure_ascii=False).encode("utf-8")  # text, every string
 
 
+def test_two_events_on_one_line_name_it_and_blank_lines_are_skipped(tmp_path, monkeypatch):
+    """pyarrow's parse reads events with no newline between them as two; the fast reader
+    must refuse their line as the per-line reader does, and still read a file with
+    blank lines itself."""
+    events = [{"index": i, "op": i // 2, "process": "p", "type": t, "f": "commit_txn",
+               "time": i, "value": {}} for i, t in enumerate(["invoke", "ok"] * 2)]
+    lines = [json.dumps(e) for e in events]
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join([lines[0], lines[1] + " " + lines[2], lines[3]]) + "\n")
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=r"h\.jsonl:2: not valid JSON \(Extra data\)"):
+            read(path)
+    handed = _per_line_reads(monkeypatch)
+    path.write_text("\n".join([lines[0], "", lines[1], "  \t", lines[2], lines[3]]) + "\n\n")
+    assert events_table(path).column("index").to_pylist() == [0, 1, 2, 3]
+    assert handed == []
+
+
 def test_a_second_completion_names_its_line(tmp_path):
     path = tmp_path / "h.jsonl"
     events = [{"index": i, "op": 0, "process": "p", "type": t, "f": "commit_txn", "time": i}
