@@ -12,10 +12,10 @@ truncated-last-line rule (`_complete_length`) and the rules between events
 in C++ with pyarrow against EVENT and checks the rest vectorized; `read_events`, the
 per-line one, checks each line against EVENT, NON_NEGATIVE and `_required` in Python
 and then the same rules between events, so that it can name the file and line of the
-first problem. The fast reader hands the file to
-the per-line one whenever it meets anything it does not accept: that either names the
-bad line or accepts the file (a fault's value is free-form, and may hold a field that
-EVENT types otherwise), so every rejection names a line.
+first problem. The fast reader hands the file to the per-line one whenever it meets
+anything it does not accept: that either names the bad line or accepts the file (a
+fault's value is free-form, and may hold a field that EVENT types otherwise), so every
+rejection names a line.
 """
 from __future__ import annotations
 
