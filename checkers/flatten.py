@@ -54,16 +54,16 @@ from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNO
 
 def _evidence(writes: pa.Table, n_reads: int, offsets: pa.Table) -> dict[str, int]:
     """What the claims can be judged on (docs/checkers.md, "Evidence"): records of
-    completed sends that may be in the log, records read, and offsets that may be
-    committed or were fetched."""
-    def counted(table: pa.Table, column: str) -> int:
-        # Counted in Arrow: as numpy, a status column is millions of Python strings.
-        may = pc.and_(pc.invert(equal_to(table.column(column), FAILED)),
-                      pc.is_valid(table.column("complete_index")))
-        return int(pc.sum(may).as_py() or 0)
-
-    return {"writes": counted(writes, "status"), "records_read": int(n_reads),
-            "offsets": counted(offsets, "outcome")}
+    acknowledged sends, records read, and offsets committed or fetched. An op that
+    ended in info is no evidence by itself, any more than one that never completed
+    (history.md counts that as info): either may or may not have happened, and nothing
+    observed it."""
+    # Counted in Arrow: as numpy, a status column is millions of Python strings.
+    acknowledged = equal_to(writes.column("type"), "ok")
+    outcome = offsets.column("outcome")
+    observed = pc.or_(equal_to(outcome, COMMITTED), equal_to(outcome, "fetched"))
+    return {"writes": int(pc.sum(acknowledged).as_py() or 0), "records_read": int(n_reads),
+            "offsets": int(pc.sum(observed).as_py() or 0)}
 
 
 def _ops(events: pa.Table) -> pa.Table:

@@ -129,15 +129,16 @@ def describe_tested(tested: dict) -> str:
 
 
 def missing_evidence(stats: dict) -> str | None:
-    """What the history lacks for a verdict, or None when it has evidence: a record that
-    may be in the log, a record read, or an offset that may be committed or was fetched."""
+    """What the history lacks for a verdict, or None when it has evidence: a write
+    acknowledged, a record read, or an offset committed or fetched."""
     evidence = stats.get("evidence")
     if evidence is None:  # tables converted before stats held it: judge by their counts
         evidence = {"writes": stats.get("writes", 0), "records_read": stats.get("reads", 0)}
     if any(evidence.values()):
         return None
-    return ("no write that may have happened, no record read and no offset committed or "
-            "fetched: nothing to judge Kafka's claims on")
+    return ("no write acknowledged, no record read and no offset committed or fetched "
+            "(an op that ended in info may or may not have happened): nothing to judge "
+            "Kafka's claims on")
 
 
 def _order(t: str) -> int:

@@ -143,6 +143,13 @@ def test_on_a_real_run_a_stall_is_exactly_a_call_past_its_timeout(cluster, tmp_p
       1, None, 0, None)],  # a send that never completed
     [("p", "send", {"records": [{"topic": "t", "partition": 0, "key": None, "value": 1}]},
       1, "fail", 2, "refused")],  # a send that certainly did not happen
+    # Ops that ended in info, which history.md counts the same as never completed:
+    # neither may have happened, and nothing observed them.
+    [("p", "send", {"records": [{"topic": "t", "partition": 0, "key": None, "value": 1}]},
+      1, "info", 2, "timed out")],
+    [("c", "commit_offsets", {"group": "g", "offsets": [{"topic": "t", "partition": 0,
+                                                          "offset": 3}]},
+      1, "info", 2, "timed out")],
     [("c", "poll", {"isolation": "read_committed"}, 1, "ok", 2, None)],  # read nothing
 ])
 def test_a_history_with_nothing_to_judge_has_no_verdict(tmp_path, capsys, ops):
