@@ -202,10 +202,10 @@ REGISTRY: tuple[Anomaly, ...] = (
               "expected writer": "the send of the value it should have read, when known"}),
     # Order of appends (ordering)
     _a("nonmonotonic_send", "ordering", """
-       One process's acknowledged sends to one partition (outside transactions, or
-       within one transaction), in the order it sent them, got offsets that do not
-       increase (within one send, too). An offset is the ack's, or else the one a read
-       returned for the record's value.""",
+       One process's sends to one partition (outside transactions, or within one
+       transaction), in the order it sent them, got offsets that do not increase
+       (within one send, too). An offset is the ack's, or else the one a read returned
+       for the record's value: a send that ended in info counts once a read found it.""",
        _w(**_AT, op="the later send", offset="", value="", txn="",
           detail="the previous send and its offset"),
        roles={"later send": "the send whose offset did not increase (`op`)",

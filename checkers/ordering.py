@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from . import coverage, engine, spans
+from . import coverage, engine, log_values, spans
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, equals, name_ranks, sort_order
 from .tables import COMMITTED
@@ -15,23 +15,48 @@ TYPES = of_family("ordering")
 
 
 def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
-    """nonmonotonic_send: one process's acknowledged sends to one partition (those
-    outside transactions, or those within one transaction), in the order it sent them,
-    got offsets that do not increase. A send is acknowledged once appended, and a
-    process sends one op at a time, so each later append must land later; within one
-    send, records to one partition are appended in order unless the producer reorders
-    retried batches (a non-idempotent producer with several requests in flight).
+    """nonmonotonic_send: one process's sends to one partition (those outside
+    transactions, or those within one transaction) that are in the log, in the order it
+    sent them, got offsets that do not increase. A process sends one op at a time and
+    a producer appends a partition's records in the order they were sent: within one
+    send, and across its sends, unless it reorders retried batches (a non-idempotent
+    producer with several requests in flight, which exactly-once rules out).
 
     A record's offset is its ack's, or else the offset a read returned for its value
-    (values are unique). Only sends that ended ok count: one that ended in info may
-    still be retried, and appended, after the process's next send."""
+    (values are unique). So a send that ended in info (or never completed) counts once
+    a read found it: it was appended, and an idempotent producer appends the next
+    send's records after it, retried or not. A send that failed is not in the log. An
+    offset observed holding another value too orders nothing: the log was rewritten
+    there, which inconsistent_offset reports."""
     known = pl.write_bounds["known"].to_numpy(dtype=float, na_value=np.nan)
     # Row numbers of the writes, at which the few columns used are read: no copy of
     # the wide rows.
-    rows = np.flatnonzero(equals(pl.writes["type"], "ok") & ~np.isnan(known))
+    rows = np.flatnonzero(~equals(pl.writes["type"], "fail") & ~np.isnan(known))
+    found = _out_of_order(pl, rows, known)
+    if len(found[0]):  # rare: only then are the rewritten offsets looked for
+        rows = rows[~np.isin(known[rows], _rewritten(pl))]
+        found = _out_of_order(pl, rows, known)
+    w = pl.writes
     out: list[dict] = []
+    for row, offset, prev, prev_op in zip(*found, strict=True):
+        x = w.iloc[row]
+        out.append({"type": "nonmonotonic_send", "severity": VIOLATION,
+                    "process": x["process"], "op": num(x["op"]), "offset": int(offset),
+                    "value": num(x["value"]), "txn": x["txn"],
+                    "witnesses": witnesses((x["op"], "later send"), (prev_op, "earlier send")),
+                    "detail": f"{x['process']}'s send (op {num(x['op'])}) "
+                              f"{'was acknowledged' if pd.notna(x['offset']) else 'was read'} "
+                              f"at offset {offset}, not after its previous send's offset "
+                              f"{prev} (op {prev_op})"})
+    return out
+
+
+def _out_of_order(pl: PartitionLog, rows: np.ndarray, known: np.ndarray):
+    """Of the writes at `rows` (offsets `known`), each whose offset is not above that of
+    its process's previous one (in one transaction, or outside any): its row, its
+    offset, and the previous one's offset and op."""
     if len(rows) < 2:
-        return out
+        return (np.empty(0, np.int64),) * 4
     w = pl.writes
     # In order of process, transaction ("" outside one), invoke_index and rec, missing
     # ones last, as pandas' sort_values by those columns orders them, but sorted by
@@ -47,16 +72,14 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
     offs = known[rows].astype(np.int64)
     prev = np.r_[0, offs[:-1]]
     prev_op = np.r_[0, w["op"].array[rows].to_numpy(dtype=np.int64)[:-1]]
-    for i in np.flatnonzero(same & (offs <= prev)):
-        x = w.iloc[rows[i]]
-        out.append({"type": "nonmonotonic_send", "severity": VIOLATION,
-                    "process": x["process"], "op": num(x["op"]), "offset": int(offs[i]),
-                    "value": num(x["value"]), "txn": x["txn"],
-                    "witnesses": witnesses((x["op"], "later send"), (prev_op[i], "earlier send")),
-                    "detail": f"{x['process']}'s send (op {num(x['op'])}) was acknowledged at "
-                              f"offset {offs[i]}, not after its previous send's offset "
-                              f"{prev[i]} (op {prev_op[i]})"})
-    return out
+    bad = np.flatnonzero(same & (offs <= prev))
+    return rows[bad], offs[bad], prev[bad], prev_op[bad]
+
+
+def _rewritten(pl: PartitionLog) -> np.ndarray:
+    """The offsets observed (by an ack or a read) holding two or more values."""
+    obs = log_values.observations(pl).drop_duplicates(["offset", "value"])
+    return obs["offset"][obs["offset"].duplicated()].unique()
 
 
 def _missing_last(a: pd.api.extensions.ExtensionArray) -> np.ndarray:

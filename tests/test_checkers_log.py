@@ -2,7 +2,7 @@
 unseen, hanging_txn. Each anomaly has a history with it and a valid one without."""
 from __future__ import annotations
 
-from tests.histories import RU, History, example, found, verdict
+from tests.histories import RU, History, example, found, verdict, witnessed
 
 
 def test_duplicate(tmp_path):
@@ -185,6 +185,45 @@ def test_a_send_whose_ack_had_no_offset_is_ordered_by_where_a_read_found_it(tmp_
     v = verdict(h)
     assert v.counts.get("nonmonotonic_send") == 1, v.summary()
     example(v, "nonmonotonic_send", process="p", offset=3, value=2)
+
+
+def test_sends_that_ended_in_info_are_ordered_by_where_reads_found_them(tmp_path):
+    # Neither ack came back, but both records are in the log, the later send's first:
+    # a producer appends one process's sends in the order it sent them.
+    h = History(tmp_path / "h.jsonl")
+    first = h.send("p", [(0, 1)], type="info")
+    second = h.send("p", [(0, 2)], type="info")
+    h.seek("c", [(0, 0)])
+    h.poll("c", [(0, 0, 2), (0, 1, 1)])
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_send"}, v.summary()
+    ex = example(v, "nonmonotonic_send", process="p", op=second, offset=0, value=2)
+    assert witnessed(ex) == {(second, "later send"), (first, "earlier send")}
+    assert "was read at offset 0" in ex["detail"]
+
+
+def test_an_offset_holding_two_values_orders_no_send(tmp_path):
+    # The log was rewritten at offset 0 (inconsistent_offset): where the later send's
+    # record was read there says nothing of the order it was appended in.
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 0)])
+    h.send("p", [(0, 2)], type="info")
+    h.seek("c", [(0, 0)])
+    h.poll("c", [(0, 0, 2)])
+    v = verdict(h)
+    # (The reader went over value 1 without it, so it is lost too.)
+    assert found(v) == {"inconsistent_offset", "lost_write"}, v.summary()
+
+
+def test_a_failed_send_orders_nothing(tmp_path):
+    # A read of a failed send's value is an aborted_read; the send is not in the log.
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1)], type="fail")
+    h.send("p", [(0, 2, 0)])
+    h.seek("c", [(0, 0)])
+    h.poll("c", [(0, 0, 2), (0, 1, 1)])
+    v = verdict(h)
+    assert found(v) == {"aborted_read"}, v.summary()
 
 
 def test_a_hanging_transaction_names_the_open_transaction_and_its_producer(tmp_path):
