@@ -24,6 +24,7 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "acked": (("send",), "ok", "records"),
     "asked": (("send",), "invoke", "records"),
     "sought": (("seek",), "invoke", "positions"),
+    "assigned": (("assign",), "invoke", "partitions"),
     "kept": (("assign",), "invoke", "kept"),
     "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
     "fetched": (("fetch_offsets",), "ok", "offsets"),

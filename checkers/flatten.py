@@ -187,11 +187,21 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index,
         yield ordered(cols, "reads")
 
 
-def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFrame:
+def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFrame:
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown; except, for an assign, the partitions it says the client `kept`
     (an incremental assignment keeps the positions of partitions that stay)."""
+    kept = lists.table("kept").to_pandas(types_mapper=nullable)
+    assigned = lists.table("assigned").select(["op", "topic", "partition"])
+    stray = kept.merge(assigned.to_pandas(types_mapper=nullable).assign(_in=True),
+                       on=["op", "topic", "partition"], how="left")
+    stray = stray[stray["_in"].isna().to_numpy(dtype=bool)]
+    if len(stray):
+        x = stray.iloc[0]
+        raise HistoryError(f"{path}: assign op {x['op']} keeps {x['topic']}/{x['partition']}, "
+                           "which it does not assign; `kept` lists partitions that stay "
+                           "assigned (docs/history.md)")
     sought = lists.table("sought").to_pandas(types_mapper=nullable)
     of_op = _op_frame(ops_t, ops_index, sought["op"],
                       ["process", "type", "invoke_index", "complete_index"])
@@ -209,7 +219,6 @@ def _positions(lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFra
     causes = ops_t.filter(is_cause).select(
         ["op", "process", "f", "invoke_index", "complete_index"]).to_pandas(types_mapper=nullable)
     resets = causes.merge(touched, on="process")
-    kept = lists.table("kept").to_pandas(types_mapper=nullable)
     if len(kept) and len(resets):
         kept = kept[["op", "topic", "partition"]].assign(_kept=True)
         resets = resets.merge(kept, on=["op", "topic", "partition"], how="left")
@@ -413,7 +422,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     # is written, and spooled as steps, as soon as it is made.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
         made = {"ops": beside.submit(write, "ops", ops_t),
-                "positions": beside.submit(spooled, "positions", _positions, lists, polls,
+                "positions": beside.submit(spooled, "positions", _positions, path, lists, polls,
                                            ops_t, ops_index),
                 "faults": beside.submit(written, "faults", _faults, path, ops_t,
                                         lists.fault_lines),

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onceproof.checkers import groups
+from onceproof.checkers import check, groups
+from onceproof.checkers.history import HistoryError
 from tests.histories import RU, History, example, found, verdict
 
 
@@ -328,6 +329,20 @@ def test_an_assign_forgets_positions_except_the_partitions_it_kept(tmp_path):
     assert found(v) == {"poll_skip"}, v.summary()
     assert v.counts["poll_skip"] == 1
     example(v, "poll_skip", process="c0", op=skip, partition=0, offset=2, value=3)
+
+
+def test_an_assign_that_keeps_a_partition_it_does_not_assign_is_refused(tmp_path):
+    # Kept means "stays assigned": a partition handed back keeps no position, so the
+    # history contradicts itself and no rule of assign can judge it.
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1)])
+    op = h.assign("c0", [1], kept=[0])
+    h.poll("c0", [(0, 2, 3)])
+    h.close()
+    with pytest.raises(HistoryError, match=rf"assign op {op} keeps t/0, which it does not assign"):
+        check(h.path, local=True)
 
 
 def test_an_assign_that_kept_nothing_forgets_every_position(tmp_path):
