@@ -191,7 +191,8 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown; except, for an assign, the partitions it says the client `kept`
-    (an incremental assignment keeps the positions of partitions that stay)."""
+    (an incremental assignment keeps the positions of partitions that stay). An assign
+    that keeps a partition it does not assign contradicts itself: refused."""
     kept = lists.table("kept").to_pandas(types_mapper=nullable)
     assigned = lists.table("assigned").select(["op", "topic", "partition"])
     stray = kept.merge(assigned.to_pandas(types_mapper=nullable).assign(_in=True),
