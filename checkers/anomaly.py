@@ -182,7 +182,8 @@ REGISTRY: tuple[Anomaly, ...] = (
           detail="the skipped offset and value"),
        roles={"reader": "the poll that read b",
               "previous read": "the poll that read a",
-              "seek": "the seek, when b was the first remaining read after it",
+              "seek": "the seek (or the assign that said where reading starts), when b was the "
+                      "first remaining read after it",
               "skipped writer": "the send of the skipped value"}),
     _a("nonmonotonic_poll", "consumption", """
        Within one consumer's run, the next (not retracted) read after one at offset a is
@@ -193,12 +194,13 @@ REGISTRY: tuple[Anomaly, ...] = (
        roles={"reader": "the poll that read b",
               "previous read": "the poll that read a"}),
     _a("rewind_mismatch", "consumption", """
-       After a seek to offset o, the consumer's next read of the partition is not the
-       first value visible to it at an offset >= o.""",
+       After a seek to offset o (or an assign whose ok says the consumer starts at o),
+       the consumer's next read of the partition is not the first value visible to it
+       at an offset >= o.""",
        _w(**_AT, op="the poll of that read", offset="", value="", txn="the poll's transaction",
           detail="what was expected"),
        roles={"reader": "the poll",
-              "seek": "the seek",
+              "seek": "the seek (or the assign)",
               "expected writer": "the send of the value it should have read, when known"}),
     # Order of appends (ordering)
     _a("nonmonotonic_send", "ordering", """

@@ -26,6 +26,7 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "sought": (("seek",), "invoke", "positions"),
     "assigned": (("assign",), "invoke", "partitions"),
     "kept": (("assign",), "invoke", "kept"),
+    "started": (("assign",), "ok", "partitions"),
     "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
     "fetched": (("fetch_offsets",), "ok", "offsets"),
     "watermarks": (("watermarks",), "ok", "partitions"),

@@ -191,8 +191,9 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
     """Seeks, and resets (assign, or any op of the process ending in info) expanded to
     every partition the process ever read or sought, since a reset makes all its
     positions unknown; except, for an assign, the partitions it says the client `kept`
-    (an incremental assignment keeps the positions of partitions that stay). An assign
-    that keeps a partition it does not assign contradicts itself: refused."""
+    (an incremental assignment keeps the positions of partitions that stay) and those
+    whose start its ok names (an `offset`: a seek there). An assign that keeps a
+    partition it does not assign contradicts itself: refused."""
     kept = lists.table("kept").to_pandas(types_mapper=nullable)
     assigned = lists.table("assigned").select(["op", "topic", "partition"])
     stray = kept.merge(assigned.to_pandas(types_mapper=nullable).assign(_in=True),
@@ -210,6 +211,12 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
     seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
     lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
     lost["offset"] = null_ints(len(lost))
+    # An assign that says where the consumer starts in a partition is a seek there.
+    started = lists.table("started").select(["op", "topic", "partition", "offset"])
+    started = started.filter(pc.is_valid(started.column("offset"))).to_pandas(types_mapper=nullable)
+    started = pd.concat([started, _op_frame(ops_t, ops_index, started["op"],
+                                            ["process", "invoke_index", "complete_index"])],
+                        axis=1).assign(kind="seek", cause="assign")
     touched = concat_frames([_readers(polls, ops_t, ops_index),
                              sought[["process", "topic", "partition"]]]).drop_duplicates()
     f, type_ = ops_t.column("f"), ops_t.column("type")
@@ -220,15 +227,18 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
     causes = ops_t.filter(is_cause).select(
         ["op", "process", "f", "invoke_index", "complete_index"]).to_pandas(types_mapper=nullable)
     resets = causes.merge(touched, on="process")
-    if len(kept) and len(resets):
-        kept = kept[["op", "topic", "partition"]].assign(_kept=True)
-        resets = resets.merge(kept, on=["op", "topic", "partition"], how="left")
-        resets = resets[resets["_kept"].isna().to_numpy(dtype=bool)]
+    # A partition kept, or started at a known offset, keeps or gets its position.
+    known = pd.concat([kept[["op", "topic", "partition"]], started[["op", "topic", "partition"]]])
+    if len(known) and len(resets):
+        resets = resets.merge(known.drop_duplicates().assign(_known=True),
+                              on=["op", "topic", "partition"], how="left")
+        resets = resets[resets["_known"].isna().to_numpy(dtype=bool)]
     resets = resets.assign(kind="reset",
                            cause=np.where(resets["f"] == "assign", "assign", "info"))
     resets["offset"] = null_ints(len(resets))
     cols = list(SCHEMAS["positions"].names)
-    out = pd.concat([x[cols] for x in (seeks, lost, resets) if len(x)] or [empty_frame("positions")],
+    out = pd.concat([x[cols] for x in (seeks, started, lost, resets) if len(x)]
+                    or [empty_frame("positions")],
                     ignore_index=True)
     return out.sort_values("invoke_index", kind="stable", ignore_index=True)
 
@@ -271,7 +281,7 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
 
 
 def _watermarks(lists: Extract, ops_t, ops_index) -> pd.DataFrame:
-    wm = lists.table("watermarks").to_pandas(types_mapper=nullable)
+    wm = lists.table("watermarks").drop_columns(["offset"]).to_pandas(types_mapper=nullable)
     cols = ["process", "invoke_index", "complete_index"]
     return pd.concat([wm, _op_frame(ops_t, ops_index, wm["op"], cols)], axis=1)
 

@@ -57,7 +57,10 @@ I, S = pa.int64(), pa.string()
 RECORD = pa.struct([("topic", S), ("partition", I), ("value", I), ("source", I),
                     ("offset", I)])
 POSITION = pa.struct([("topic", S), ("partition", I), ("offset", I)])
-PARTITION = pa.struct([("topic", S), ("partition", I), ("low", I), ("high", I), ("lso", I)])
+# A partition as assign and watermarks name it: `offset` is where an assigned consumer
+# starts reading (an assign's ok), low/high/lso its watermarks.
+PARTITION = pa.struct([("topic", S), ("partition", I), ("offset", I), ("low", I), ("high", I),
+                       ("lso", I)])
 VALUE = pa.struct([
     ("records", pa.list_(RECORD)), ("isolation", S), ("group", S), ("tid", S),
     ("positions", pa.list_(POSITION)), ("partitions", pa.list_(PARTITION)),

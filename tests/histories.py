@@ -124,11 +124,17 @@ class History:
                            for p, o in positions]}
         return self._op(process, "seek", v, v, type, final=final)
 
-    def assign(self, process, partitions, type="ok", topic=None, kept=None) -> int:
+    def assign(self, process, partitions, type="ok", topic=None, kept=None,
+               starts: dict[int, int] | None = None) -> int:
+        """`starts`: partition -> the offset the ok says the consumer starts at."""
         v: dict = {"partitions": [{"topic": self._t(topic), "partition": p} for p in partitions]}
         if kept is not None:
             v["kept"] = [{"topic": self._t(topic), "partition": p} for p in kept]
-        return self._op(process, "assign", v, v, type)
+        done = v
+        if starts is not None:
+            done = {**v, "partitions": [{**x, "offset": starts.get(x["partition"])}
+                                        for x in v["partitions"]]}
+        return self._op(process, "assign", v, done, type)
 
     def commit_offsets(self, process, group, offsets, type="ok", topic=None) -> int:
         v = {"group": self._g(group), "offsets": [{"topic": self._t(topic), "partition": p,

@@ -331,6 +331,30 @@ def test_an_assign_forgets_positions_except_the_partitions_it_kept(tmp_path):
     example(v, "poll_skip", process="c0", op=skip, partition=0, offset=2, value=3)
 
 
+def test_an_assign_that_says_where_reading_starts_is_a_seek_there(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.poll("c9", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1)])
+    # Reassigned, starting at offset 1: reading 3 at 2 first misses 2 at 1.
+    start = h.assign("c0", [0], starts={0: 1})
+    bad = h.poll("c0", [(0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"rewind_mismatch"}, v.summary()
+    ex = example(v, "rewind_mismatch", process="c0", op=bad, partition=0, value=3)
+    assert {"op": start, "role": "seek"} in ex["witnesses"]
+    # Starting where it read next is fine, and so is going back to the start.
+    h = History(tmp_path / "ok.jsonl")
+    h.send("p", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.assign("c0", [0], starts={0: 0})
+    h.poll("c0", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()
+
+
 def test_an_assign_that_keeps_a_partition_it_does_not_assign_is_refused(tmp_path):
     # Kept means "stays assigned": a partition handed back keeps no position, so the
     # history contradicts itself and no rule of assign can judge it.

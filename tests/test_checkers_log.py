@@ -2,6 +2,8 @@
 unseen, hanging_txn. Each anomaly has a history with it and a valid one without."""
 from __future__ import annotations
 
+import pytest
+
 from tests.histories import RU, History, example, found, verdict, witnessed
 
 
@@ -57,6 +59,27 @@ def test_lost_write_at_a_known_offset(tmp_path):
     assert found(v) == {"lost_write"}
     ex = example(v, "lost_write", process="p0", op=lost, partition=0, offset=1, value=2)
     assert "c0" in ex["detail"]
+
+
+@pytest.mark.parametrize("start", [0, None])
+def test_an_assign_that_says_where_reading_starts_covers_from_there(tmp_path, start):
+    # The Java client's assign() then position(): the ok names where the consumer
+    # starts. Without it, c0's scan begins at its first read and covers nothing lost.
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 2)])
+    h.assign("c0", [0, 1], starts={0: start, 1: 0})
+    poll = h.poll("c0", [(0, 2, 3)])
+    v = verdict(h)
+    if start is None:
+        assert v.valid and found(v) == set(), v.summary()
+        return
+    assert found(v) == {"lost_write"}, v.summary()
+    assert v.counts["lost_write"] == 2  # values 1 and 2, at offsets 0 and 1
+    ex, = (x for x in v.examples["lost_write"] if x["value"] == 2)
+    assert (ex["op"], ex["offset"]) == (lost, 1)
+    assert {"op": poll, "role": "reader"} in ex["witnesses"]
 
 
 def test_lost_write_at_an_offset_bounded_by_its_neighbours(tmp_path):

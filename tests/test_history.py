@@ -503,7 +503,9 @@ _AGREE_BASE = [
      "value": {"records": [{**_R, "offset": 0, "source": 7}]}},
     {"process": "c", "type": "invoke", "f": "assign",
      "value": {"partitions": [{"topic": "t", "partition": 0}], "kept": []}},
-    {"process": "c", "type": "ok", "f": "assign", "value": {"kept": [{"topic": "t", "partition": 0}]}},
+    {"process": "c", "type": "ok", "f": "assign", "value": {
+        "partitions": [{"topic": "t", "partition": 0, "offset": 0}],
+        "kept": [{"topic": "t", "partition": 0}]}},
     {"process": "c", "type": "invoke", "f": "poll",
      "value": {"isolation": "read_committed", "timeout_ms": 100}, "final": True},
     {"process": "c", "type": "ok", "f": "poll", "final": True,

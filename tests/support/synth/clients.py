@@ -201,7 +201,12 @@ def _consumer(ctx: _Ctx, name: str, isolation: str, group: str,
                    for tp in parts}
             positions.clear()
             positions.update(new)
-            return "ok", {"partitions": tp_list(parts)}, None
+            done = {"partitions": tp_list(parts)}
+            if rng.random() < 0.5:
+                # The client learned where it starts (the Java client's position()).
+                for item in done["partitions"]:
+                    item["offset"] = new[(item["topic"], item["partition"])]
+            return "ok", done, None
         return Op("assign", {"partitions": tp_list(parts)}, complete)
 
     yield assign_op(rng.sample(universe, rng.randint(1, len(universe))))

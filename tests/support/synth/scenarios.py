@@ -182,9 +182,14 @@ def _sc_lost_write(s: _Script) -> None:
     off = s.append(_x(0), v, hole=True)  # acknowledged, then lost from the log
     s.send("x0", _x(0), v, off)
     s.send("x0", _x(0), u, s.append(_x(0), u))
-    # A reader goes over v's offset and finds only u.
-    s.assign("x1", [_x(0)])
-    s.op("x1", "seek", {"positions": offset_list({_x(0): off})})
+    # A reader goes over v's offset and finds only u. Where it starts is recorded as a
+    # seek, or (for odd values, so both ways are exercised) by the assign's ok.
+    if v % 2:
+        s.op("x1", "assign", {"partitions": tp_list([_x(0)])},
+             {"partitions": [{**tp_list([_x(0)])[0], "offset": off}]})
+    else:
+        s.assign("x1", [_x(0)])
+        s.op("x1", "seek", {"positions": offset_list({_x(0): off})})
     s.poll("x1", [(_x(0), off + 1, u)])
     # The final reader starts past it, so the loss is not also `unseen` (which is a
     # lost write that the final reads went over).
