@@ -11,7 +11,7 @@ from .verdict import Verdict, describe
 
 
 def table(verdict: Verdict) -> Table:
-    t = Table(title=verdict.headline, title_justify="left")
+    t = Table()
     t.add_column("anomaly")
     t.add_column("count", justify="right")
     t.add_column("severity")
@@ -31,6 +31,8 @@ def show(verdict: Verdict, console: Console | None = None) -> None:
     console.print(f"{s.get('events', 0)} events, {s.get('ops', 0)} ops, {s.get('writes', 0)} "
                   f"writes, {s.get('reads', 0)} reads, {s.get('partitions', 0)} partitions, "
                   f"checked in {s.get('check_seconds', 0)}s")
+    # The verdict on a line of its own, never wrapped: what a script greps for.
+    console.print(escape(verdict.headline), soft_wrap=True)
     console.print(table(verdict))
 
 
