@@ -32,6 +32,8 @@ from . import (
 )
 from .store import Tables, convert, convert_each, is_converted, read_parquet
 
+# `valid` in a verdict's JSON when the history held nothing to judge.
+UNKNOWN = "unknown"
 FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, liveness)
 
 
@@ -44,9 +46,10 @@ class Verdict:
     types found whose anomalies are notes; stalls: those that are liveness anomalies.
     stats: about the history. unknown: why there is no verdict at all, when the history
     holds nothing the claims can be judged on (docs/checkers.md, "Evidence"); then
-    valid and live say only that nothing was found. tested: what the run tested, when
-    the harness ran it (the cluster as it described itself, and `faults_injected`); on a
-    cluster the harness did not start, also which faults could not be injected."""
+    valid and live say only that nothing was found, and the JSON's valid is "unknown".
+    tested: what the run tested, when the harness ran it (the cluster as it described
+    itself, and `faults_injected`); on a cluster the harness did not start, also which
+    faults could not be injected."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
@@ -71,11 +74,17 @@ class Verdict:
                 else anomaly.VIOLATION)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "live": self.live}
+        """Plain JSON. Without a verdict, `valid` is "unknown" (Elle's `:valid?
+        :unknown`), so that no reader of the JSON takes nothing for valid."""
+        d = {**asdict(self), "live": self.live}
+        if self.unknown is not None:
+            d["valid"] = UNKNOWN
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Verdict:
-        return cls(valid=bool(d["valid"]), counts=dict(d.get("counts", {})),
+        # "unknown" (no verdict): nothing was found, which `unknown` says is no verdict.
+        return cls(valid=d["valid"] in (True, UNKNOWN), counts=dict(d.get("counts", {})),
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
                    stalls=list(d.get("stalls", [])), unknown=d.get("unknown"),

@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from onceproof.checkers import check
+from onceproof.checkers import Verdict, check
 from onceproof.checkers.liveness import LATE_MS, OPS_COLUMNS, from_ops
 from onceproof.checkers.render import run_check
 from tests.histories import History, example, found, verdict
@@ -161,7 +161,10 @@ def test_a_history_with_nothing_to_judge_has_no_verdict(tmp_path, capsys, ops):
     assert v.unknown and not v.fine and v.headline.startswith("UNKNOWN: ")
     # The headline is one line, whatever the terminal's width: what a script greps for.
     assert v.headline in capsys.readouterr().out.splitlines()
-    assert json.loads((tmp_path / "v.json").read_text())["unknown"] == v.unknown
+    saved = json.loads((tmp_path / "v.json").read_text())
+    # Nothing is not valid, in the JSON too (Elle's :valid? :unknown).
+    assert saved["unknown"] == v.unknown and saved["valid"] == "unknown"
+    assert Verdict.from_dict(v.to_dict()) == v
 
 
 def test_one_acknowledged_write_is_evidence(tmp_path):
