@@ -116,7 +116,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
           detail="the bound, and the scan that covered it"),
        roles={"writer": "the send",
-              "reader": "the last poll of a reader's scan that went over it"}),
+              "reader": "the last poll of a scan that went over it, one per reader process",
+              "scan start": "where that scan began: the seek (or assign) whose position "
+                            "began it, else the poll of its first read"}),
     _a("unseen", "loss", """
        An acknowledged write that the final reads (polls marked final) did not return
        although they went over it: it was acknowledged before the final watermarks were read, so it lies below
@@ -127,7 +129,10 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the send", offset="null when only bounded", value="", txn="",
           detail="why it must have been seen"),
        roles={"writer": "the send",
-              "final reader": "the last poll of a final reader's scan that went over it",
+              "final reader": "the last poll of a final scan that went over it, one per final "
+                              "reader process",
+              "scan start": "where that scan began: the seek (or assign) whose position "
+                            "began it, else the poll of its first read",
               "watermarks": "the final watermarks op, when the write's offset is at or past their "
                             "high watermark"}),
     _a("hanging_txn", "loss", """

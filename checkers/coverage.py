@@ -18,6 +18,19 @@ def _scan_text(scan) -> str:
             f"{int(scan['e'])}")
 
 
+def _covering(pl: PartitionLog, lo: float, hi: float, scans: pd.DataFrame,
+              role: str) -> tuple[str, tuple]:
+    """Words naming a scan that covers [lo, hi], and (op, role) of every reader's: the
+    poll at its far end and where it began."""
+    found = pl.covering_scans(lo, hi, scans)
+    first = found.iloc[0]
+    more = len(found) - 1
+    text = _scan_text(first) + (f" (and {more} more reader{'s' * (more > 1)})" if more else "")
+    ops = tuple(pair for _, scan in found.iterrows()
+                for pair in ((pl.scan_op(scan), role), (scan["start_op"], "scan start")))
+    return text, ops
+
+
 def annotate(pl: PartitionLog) -> pd.DataFrame:
     """One row per write of the partition: its columns (op, rec, process, txn,
     txn_outcome, type, status, value, invoke_index, complete_index, t_begin, t_done)
@@ -26,8 +39,8 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     seen_final (some read / read_committed read / final read returned it), cov_any /
     cov_rc / cov_final (some scan of that kind surely went over it; for the final one,
     up to the final high watermark), has_final, beyond_high (its known offset is at or
-    past the final high watermark); cover / fcover: a covering scan, for reports, and
-    cover_op / fcover_op: its last poll."""
+    past the final high watermark); cover / fcover: words naming a covering scan, for
+    reports, and cover_w / fcover_w: the (op, role) of every reader's covering scan."""
     w = pl.writes
     n = len(w)
     # Built as one dict and one frame at the end: selecting and then adding columns to a
@@ -73,18 +86,16 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     out["high"] = high
     out["beyond_high"] = ~np.isnan(known) & ~np.isnan(high) & (known >= high)
 
-    # Name a covering scan for the (rare) writes that will be reported.
+    # Name the covering scans of the (rare) writes that will be reported.
     committed = equals(w["status"], COMMITTED)
-    cover, cover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+    cover, cover_w = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
     for i in np.flatnonzero(committed & ~seen_any & cov_any)[:1000]:
-        scan = pl.covering_scan(lo[i], hi[i], scans)
-        cover[i], cover_op[i] = _scan_text(scan), pl.scan_op(scan)
-    fcover, fcover_op = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
+        cover[i], cover_w[i] = _covering(pl, lo[i], hi[i], scans, "reader")
+    fcover, fcover_w = np.full(n, None, dtype=object), np.full(n, None, dtype=object)
     for i in np.flatnonzero(committed & ~seen_final & cov_final)[:1000]:
-        scan = pl.covering_scan(lo[i], hi_final[i], final_scans)
-        fcover[i], fcover_op[i] = _scan_text(scan), pl.scan_op(scan)
+        fcover[i], fcover_w[i] = _covering(pl, lo[i], hi_final[i], final_scans, "final reader")
     out["cover"], out["fcover"] = cover, fcover
-    out["cover_op"], out["fcover_op"] = cover_op, fcover_op
+    out["cover_w"], out["fcover_w"] = cover_w, fcover_w
     # Not copied: the frame is only read (writes' columns among it are shared with pl).
     return pd.DataFrame(out, copy=False)
 

@@ -41,7 +41,7 @@ def lost_writes(cov: pd.DataFrame) -> list[dict]:
     lost = cov[equals(cov["status"], COMMITTED) & ~cov["seen_any"].to_numpy()
                & cov["cov_any"].to_numpy()]
     return [_record("lost_write", w, f"acknowledged value {num(w['value'])} {_where(w)} "
-                    f"was never read, though {w['cover']}", (w["cover_op"], "reader"))
+                    f"was never read, though {w['cover']}", *(w["cover_w"] or ()))
             for w in each_row(lost)]
 
 
@@ -65,7 +65,7 @@ def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
                if w["beyond_high"] else f"final reads went over it: {w['fcover']}")
         out.append(_record("unseen", w, f"acknowledged value {num(w['value'])} {_where(w)} "
                            f"is missing from the final reads; {why}",
-                           (w["fcover_op"], "final reader"),
+                           *(w["fcover_w"] or ()),
                            (marks if w["beyond_high"] else None, "watermarks")))
     return out
 

@@ -413,22 +413,29 @@ class PartitionLog:
 
     @cached_property
     def scans(self) -> pd.DataFrame:
-        """process, isolation, final, run, s, e: the offsets each run went over."""
+        """process, isolation, final, run, s, e: the offsets each run went over; and
+        start_op: the op where its scan began (the seek or assign whose position is s,
+        else the poll of its first read)."""
         runs, at = self._runs
         if not len(at):
             return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
-                                 "e": np.array([], dtype=np.int64)})
+                                 "e": np.array([], dtype=np.int64),
+                                 "start_op": np.array([], dtype=float)})
         run, offs, first = runs["run"], runs["offset"], self._run_heads
         lo = np.minimum.reduceat(offs, first)
         hi = np.maximum.reduceat(offs, first)
         heads = at[first]
         r = self.reads
+        start = runs["start"][first]
+        from_start = start <= lo  # False where NaN: no recorded position
         return pd.DataFrame({
             "process": r["process"].to_numpy(dtype=object)[heads],
             "isolation": runs["isolation"][first],
             "final": r["final"].to_numpy(dtype=bool, na_value=False)[heads], "run": run[first],
-            "s": np.fmin(lo, runs["start"][first]).astype(np.int64), "e": hi})
+            "s": np.fmin(lo, start).astype(np.int64), "e": hi,
+            "start_op": np.where(from_start, runs["start_op"][first],
+                                 runs["op"][first]).astype(float)})
 
     # ------------------------------------------------------------------ write offsets
 
@@ -502,10 +509,10 @@ class PartitionLog:
         out[ok] = e_max[k[ok]] >= hi[ok]
         return out
 
-    def covering_scan(self, lo: float, hi: float, scans: pd.DataFrame):
-        """A scan (row) that covers [lo, hi], for an example's detail, or None."""
+    def covering_scans(self, lo: float, hi: float, scans: pd.DataFrame) -> pd.DataFrame:
+        """The scans that cover [lo, hi], the first of each process: its witnesses."""
         m = scans[(scans["s"] <= lo) & (scans["e"] >= hi)]
-        return None if m.empty else m.iloc[0]
+        return m.drop_duplicates("process")
 
     def writer_of(self, value) -> int | None:
         """The send op that wrote `value` to this partition, when one did."""

@@ -82,6 +82,26 @@ def test_an_assign_that_says_where_reading_starts_covers_from_there(tmp_path, st
     assert {"op": poll, "role": "reader"} in ex["witnesses"]
 
 
+def test_lost_write_names_every_reader_that_went_over_it(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 2)])
+    seek = h.seek("c1", [(0, 0)])
+    h.poll("c1", [(0, 0, 1)])
+    past = h.poll("c1", [(0, 2, 3)])
+    first = h.poll("c2", [(0, 0, 1), (0, 2, 3)])  # no seek: its scan begins at its read
+    h.seek("c3", [(0, 2)])
+    h.poll("c3", [(0, 2, 3)])  # began past it: no witness
+    v = verdict(h)
+    assert found(v) == {"lost_write"}, v.summary()
+    ex = example(v, "lost_write", op=lost, offset=1, value=2)
+    assert ex["witnesses"] == [{"op": lost, "role": "writer"},
+                               {"op": past, "role": "reader"}, {"op": seek, "role": "scan start"},
+                               {"op": first, "role": "reader"}, {"op": first, "role": "scan start"}]
+    assert "and 1 more reader" in ex["detail"]
+
+
 def test_lost_write_at_an_offset_bounded_by_its_neighbours(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.send("p0", [(0, 1)])
