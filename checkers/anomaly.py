@@ -172,6 +172,9 @@ REGISTRY: tuple[Anomaly, ...] = (
           detail="a write that was seen"),
        roles={"missing writer": "the send of a write that read_committed readers went over without "
                                 "returning (`op`)",
+              "missing reader": "the last poll of a read_committed scan that went over it",
+              "scan start": "where that scan began: the seek (or assign) whose position began it, "
+                            "else the poll of its first read",
               "seen writer": "the send of a write they returned",
               "reader": "a read_committed poll that returned it"}),
     # Where consumers read (consumption)
@@ -216,7 +219,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the later send", offset="", value="", txn="",
           detail="the previous send and its offset"),
        roles={"later send": "the send whose offset did not increase (`op`)",
-              "earlier send": "the process's previous send"}),
+              "earlier send": "the process's previous send",
+              "offset reader": "the first poll that read a send's value, for each of the two "
+                               "whose ack did not say its offset"}),
     _a("commit_order", "ordering", """
        Committed writes W1 and W2 to one partition, each a committed transaction or an
        acknowledged send outside any transaction: W1 completed (its commit surely done,

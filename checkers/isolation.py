@@ -15,7 +15,7 @@ TYPES = of_family("isolation")
 TORN_FACT = "torn"
 FACTS = (TORN_FACT,)  # the fact rows finish reads (checkers/engine.py)
 FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",
-                "n1", "n2", "a1", "a2", "a3", "a4")  # and only these columns of them
+                "n1", "n2", "a1", "a2", "a3", "a4", "a5", "a6")  # and only these columns of them
 
 
 def _read_record(type, r, detail) -> dict:
@@ -68,9 +68,10 @@ def precommitted_reads(pl: PartitionLog) -> list[dict]:
 def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     """Per transaction (committed or unknown) that appended here: how many of its
     writes read_committed polls returned (n1) and how many they went over without
-    returning (n2), with one missing write (process, op, offset, value) and one seen
-    write (a1 = offset, a2 = value, a3 = its send, a4 = a read_committed poll of it) as
-    examples."""
+    returning (n2), with one missing write (process, op, offset, value; a5 = the far
+    poll of a read_committed scan that went over it, a6 = where that scan began) and one
+    seen write (a1 = offset, a2 = value, a3 = its send, a4 = a read_committed poll of
+    it) as examples."""
     cov = coverage.of(pl)
     keep = (cov["txn"].notna().to_numpy(dtype=bool)
             & equals(cov["txn_outcome"], COMMITTED, UNKNOWN) & equals(cov["type"], "ok"))
@@ -116,6 +117,14 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     poll = poll[which[first_seen]]
     out["a4"] = pl.reads["op"].array.take(
         np.where((first_seen >= 0) & (poll != none), poll, -1), allow_fill=True)
+    # A read_committed scan that went over the missing write: its far poll and start.
+    has_missing = first_missing >= 0
+    lo, hi = np.full(n, np.nan), np.full(n, np.nan)
+    lo[has_missing] = cov["lo"].to_numpy(dtype=float)[first_missing[has_missing]]
+    hi[has_missing] = cov["hi"].to_numpy(dtype=float)[first_missing[has_missing]]
+    scans = pl.scans
+    out["a5"], out["a6"] = pl.covering_scan_ops(
+        lo, hi, scans[equals(scans["isolation"], READ_COMMITTED)])
     return engine.facts(TORN_FACT, out)
 
 
@@ -139,7 +148,8 @@ def torn(facts: pd.DataFrame) -> list[dict]:
             "type": "torn_txn", "severity": VIOLATION, "process": m["process"],
             "op": num(m["op"]), "topic": m["topic"], "partition": num(m["partition"]),
             "offset": num(m["offset"]), "value": num(m["value"]), "txn": txn,
-            "witnesses": witnesses((m["op"], "missing writer"), (s["a3"], "seen writer"),
+            "witnesses": witnesses((m["op"], "missing writer"), (m["a5"], "missing reader"),
+                                   (m["a6"], "scan start"), (s["a3"], "seen writer"),
                                    (s["a4"], "reader")),
             "detail": f"{m['kind']} transaction {txn}: {seen} writes visible to "
                       f"read_committed readers (e.g. value {num(s['a2'])} at {s['topic']}/"

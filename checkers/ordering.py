@@ -38,12 +38,15 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
         found = _out_of_order(pl, rows, known)
     w = pl.writes
     out: list[dict] = []
-    for row, offset, prev, prev_op in zip(*found, strict=True):
-        x = w.iloc[row]
+    readers = _offset_readers(pl, np.r_[found[0], found[3]])
+    for row, offset, prev, prev_row in zip(*found, strict=True):
+        x, prev_op = w.iloc[row], num(w["op"].iloc[prev_row])
         out.append({"type": "nonmonotonic_send", "severity": VIOLATION,
                     "process": x["process"], "op": num(x["op"]), "offset": int(offset),
                     "value": num(x["value"]), "txn": x["txn"],
-                    "witnesses": witnesses((x["op"], "later send"), (prev_op, "earlier send")),
+                    "witnesses": witnesses((x["op"], "later send"), (prev_op, "earlier send"),
+                                           (readers.get(row), "offset reader"),
+                                           (readers.get(prev_row), "offset reader")),
                     "detail": f"{x['process']}'s send (op {num(x['op'])}) "
                               f"{'was acknowledged' if pd.notna(x['offset']) else 'was read'} "
                               f"at offset {offset}, not after its previous send's offset "
@@ -54,7 +57,7 @@ def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:
 def _out_of_order(pl: PartitionLog, rows: np.ndarray, known: np.ndarray):
     """Of the writes at `rows` (offsets `known`), each whose offset is not above that of
     its process's previous one (in one transaction, or outside any): its row, its
-    offset, and the previous one's offset and op."""
+    offset, and the previous one's offset and row."""
     if len(rows) < 2:
         return (np.empty(0, np.int64),) * 4
     w = pl.writes
@@ -71,9 +74,22 @@ def _out_of_order(pl: PartitionLog, rows: np.ndarray, known: np.ndarray):
     rows = rows[order]
     offs = known[rows].astype(np.int64)
     prev = np.r_[0, offs[:-1]]
-    prev_op = np.r_[0, w["op"].array[rows].to_numpy(dtype=np.int64)[:-1]]
+    prev_row = np.r_[0, rows[:-1]]
     bad = np.flatnonzero(same & (offs <= prev))
-    return rows[bad], offs[bad], prev[bad], prev_op[bad]
+    return rows[bad], offs[bad], prev[bad], prev_row[bad]
+
+
+def _offset_readers(pl: PartitionLog, rows: np.ndarray) -> dict[int, float]:
+    """Of the writes at `rows`, each whose offset its ack did not say: the op of the
+    first poll that read its value at a known offset (where its offset is known from)."""
+    distinct, which, at = pl.value_matches
+    reads = np.flatnonzero((at >= 0) & pl.reads["offset"].notna().to_numpy(dtype=bool))
+    first = np.full(len(distinct), len(at))  # per value, its first read of a known offset
+    np.minimum.at(first, at[reads], reads)
+    ops = pl.reads["op"].to_numpy(dtype=float, na_value=np.nan)
+    acked = pl.writes["offset"].notna().to_numpy(dtype=bool)
+    return {int(row): ops[first[which[row]]] for row in rows
+            if not acked[row] and first[which[row]] < len(at)}
 
 
 def _rewritten(pl: PartitionLog) -> np.ndarray:

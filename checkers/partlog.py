@@ -509,6 +509,27 @@ class PartitionLog:
         out[ok] = e_max[k[ok]] >= hi[ok]
         return out
 
+    def covering_scan_ops(self, lo: np.ndarray, hi: np.ndarray,
+                          scans: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """For each [lo, hi], a scan that covers it (the one reaching furthest of those
+        begun at or below lo): the poll at its far end and the op where it began (NaN
+        when none covers)."""
+        far, start = np.full(len(lo), np.nan), np.full(len(lo), np.nan)
+        if len(scans) == 0 or len(lo) == 0:
+            return far, start
+        s = scans["s"].to_numpy(dtype=np.int64)
+        e = scans["e"].to_numpy(dtype=np.int64)
+        order = np.argsort(s, kind="stable")
+        # The furthest-reaching scan among the first k+1 to begin, for every k.
+        best = order[_running_argmax(e[order])]
+        k = np.searchsorted(s[order], np.nan_to_num(lo, nan=-1), side="right") - 1
+        ok = (k >= 0) & ~np.isnan(lo) & ~np.isnan(hi)
+        ok[ok] = e[best[k[ok]]] >= hi[ok]
+        chosen = scans.iloc[best[k[ok]]]
+        far[ok] = self._scan_ops.reindex(chosen["run"].to_numpy()).to_numpy(dtype=float)
+        start[ok] = chosen["start_op"].to_numpy(dtype=float)
+        return far, start
+
     def covering_scans(self, lo: float, hi: float, scans: pd.DataFrame) -> pd.DataFrame:
         """The scans that cover [lo, hi], the first of each process: its witnesses."""
         m = scans[(scans["s"] <= lo) & (scans["e"] >= hi)]
@@ -538,3 +559,10 @@ class PartitionLog:
         """The poll at the far end of a scan (its read of the highest offset)."""
         op = None if scan is None else self._scan_ops.get(scan["run"])
         return None if op is None or pd.isna(op) else int(op)
+
+
+def _running_argmax(x: np.ndarray) -> np.ndarray:
+    """For each i, the position of the largest of x[:i + 1] (the first, on ties)."""
+    top = np.maximum.accumulate(x)
+    rises = np.r_[True, top[1:] > top[:-1]]  # where a new maximum is first reached
+    return np.maximum.accumulate(np.where(rises, np.arange(len(x)), 0))
