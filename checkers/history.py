@@ -304,6 +304,11 @@ def _check_event(event: Any, where: str) -> None:
         _check_value(event["f"], value, where)
 
 
+def _a(f: str) -> str:
+    """An op kind with its article: "a send", "an assign"."""
+    return f"{'an' if f[:1] in 'aeiou' else 'a'} {f}"
+
+
 def _check_value(f: str, value: dict, where: str) -> None:
     for field in VALUE:
         x = value.get(field.name)
@@ -312,29 +317,29 @@ def _check_value(f: str, value: dict, where: str) -> None:
         if pa.types.is_list(field.type):
             _check_items(f, field.name, x, field.type.value_type, where)
         elif not _is(x, _PYTHON_TYPES[field.type]):
-            raise HistoryError(f"{where}: value.{field.name} of a {f} must be "
+            raise HistoryError(f"{where}: value.{field.name} of {_a(f)} must be "
                                f"{_type_name(_PYTHON_TYPES[field.type])}, not {x!r}")
 
 
 def _check_items(f: str, key: str, items, item: pa.StructType, where: str) -> None:
     if not isinstance(items, list):
-        raise HistoryError(f"{where}: value.{key} of a {f} must be a list")
+        raise HistoryError(f"{where}: value.{key} of {_a(f)} must be a list")
     for i, x in enumerate(items):
         if not isinstance(x, dict):
-            raise HistoryError(f"{where}: value.{key}[{i}] of a {f} must be an object")
+            raise HistoryError(f"{where}: value.{key}[{i}] of {_a(f)} must be an object")
         for name in _required(item):
             if x.get(name) is None:
-                raise HistoryError(f"{where}: value.{key}[{i}] of a {f} has no {name}; "
+                raise HistoryError(f"{where}: value.{key}[{i}] of {_a(f)} has no {name}; "
                                    "every item names its topic and partition, and a "
                                    "record its value")
         for field in item:
             y = x.get(field.name)
             t = _PYTHON_TYPES[field.type]
             if y is not None and not _is(y, t):
-                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of a {f} must "
+                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of {_a(f)} must "
                                    f"be {_type_name(t)}, not {y!r}")
             if field.name in NON_NEGATIVE and y is not None and y < 0:
-                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of a {f} must "
+                raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of {_a(f)} must "
                                    f"be 0 or more (null when not known), not {y!r}")
 
 

@@ -10,6 +10,7 @@ one topic by default:
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -184,9 +185,26 @@ def example(v, type: str, **expected) -> dict:
     return ex
 
 
-def assert_witnessed(row: dict) -> None:
+_SEND, _POLL, _COMMITS = {"send"}, {"poll"}, {"commit_offsets", "send_offsets"}
+# The kinds of op each role may name (roles not here may name any op).
+ROLE_OPS: dict[str, set[str]] = {
+    **dict.fromkeys(("writer", "missing writer", "seen writer", "skipped writer",
+                     "expected writer", "candidate writer", "input writer", "later send",
+                     "earlier send", "W1 send", "W2 send", "output"), _SEND),
+    **dict.fromkeys(("reader", "final reader", "missing reader", "previous read",
+                     "offset reader"), _POLL),
+    "observer": _SEND | _POLL, "edge N source": _SEND | _POLL, "edge N target": _SEND | _POLL,
+    "scan start": {"seek", "assign", "poll"}, "seek": {"seek", "assign"},
+    "watermarks": {"watermarks"}, "commit": {"commit_txn"}, "W1 end": {"commit_txn", "send"},
+    "lower commit": _COMMITS, "earlier commit": _COMMITS, "latest commit": _COMMITS,
+    "fetch": {"fetch_offsets"}, "send_offsets": {"send_offsets"},
+}
+
+
+def assert_witnessed(row: dict, kinds: dict[int, str] | None = None) -> None:
     """An anomaly row (or verdict example) names its ops as data: a non-empty list of
-    {op, role} that holds its `op`, in roles its type's registry entry names."""
+    {op, role} that holds its `op`, in roles its type's registry entry names; given the
+    history's `kinds` (op -> f), each is an op of it, of a kind its role may name."""
     from onceproof.checkers.anomaly import BY_NAME
     ws = row.get("witnesses")
     assert isinstance(ws, list) and ws, f"no witnesses: {row}"
@@ -195,6 +213,11 @@ def assert_witnessed(row: dict) -> None:
         assert row["op"] in {w["op"] for w in ws}, f"op {row['op']} not a witness: {row}"
     a = BY_NAME[row["type"]]
     assert all(a.has_role(w["role"]) for w in ws), f"a role {a.name} does not name: {row}"
+    for w in ws if kinds is not None else ():
+        role = re.sub(r"^edge \d+ ", "edge N ", w["role"])
+        assert w["op"] in kinds, f"witness op {w['op']} is not in the history: {row}"
+        assert kinds[w["op"]] in ROLE_OPS.get(role, {kinds[w["op"]]}), \
+            f"{role} names a {kinds[w['op']]} (op {w['op']}): {row}"
 
 
 def witnessed(ex: dict) -> set[tuple[int, str]]:

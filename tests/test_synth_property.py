@@ -72,9 +72,10 @@ def test_one_injected_anomaly_is_reported_as_itself(spark, tmp_path_factory, see
     verdict = check(path, spark, local=False if on_spark else None)
     why = f"{verdict.summary()}\n{_reproduce(seed, shape, anomaly, path, on_spark)}"
     assert verdict.counts.get(anomaly, 0) >= 1, f"{anomaly} not reported\n{why}"
+    kinds = {ev["op"]: ev["f"] for ev in events}
     for exs in verdict.examples.values():
         for ex in exs:
-            assert_witnessed(ex)
+            assert_witnessed(ex, kinds)
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], why
     if anomaly not in NOTES:
         assert not verdict.valid, why
@@ -88,5 +89,6 @@ def test_each_injection_is_exactly_one_anomaly(spark, tmp_path, anomaly):
     verdict = check(write_history(events, tmp_path / "h.jsonl"), spark, local=False)
     assert verdict.counts.get(anomaly) == 1, verdict.summary()
     assert set(verdict.violations) <= {anomaly} | IMPLIES[anomaly], verdict.summary()
+    kinds = {ev["op"]: ev["f"] for ev in events}
     for ex in verdict.examples[anomaly]:
-        assert_witnessed(ex)
+        assert_witnessed(ex, kinds)
