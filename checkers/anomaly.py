@@ -226,7 +226,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        Committed writes W1 and W2 to one partition, each a committed transaction or an
        acknowledged send outside any transaction: W1 completed (its commit surely done,
        or its send acknowledged) before W2 was invoked (its first op, or its send), yet a
-       record of W2 precedes a record of W1 there. Two sends of one process are left to
+       record of W2 precedes a record of W1 there. W2 may also be a send outside any
+       transaction that ended in info (or never completed) whose record a read found: it
+       was appended, after its invoke. Two sends of one process are left to
        nonmonotonic_send. A send counts only at offsets known from its ack or a read and
        still held by it: no read returned another value there, and no reader went over
        it without returning it.""",

@@ -9,7 +9,7 @@ import pandas as pd
 from . import coverage, engine, log_values, spans
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, equals, name_ranks, sort_order
-from .tables import COMMITTED
+from .tables import COMMITTED, UNKNOWN
 
 TYPES = of_family("ordering")
 
@@ -107,17 +107,22 @@ def _missing_last(a: pd.api.extensions.ExtensionArray) -> np.ndarray:
 
 
 def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
-    """Committed sends outside transactions as writers (one row per send op, columns
-    _COLS), from the records whose offset is known and still held by them: no reader
+    """Sends outside transactions as writers (one row per send op, columns _COLS): those
+    acknowledged, and those that ended in info (or never completed) whose record a read
+    found, from the records whose offset is known and still held by them: no reader
     went over it without returning it (lost_write) and, with check_reads, no read
     returned another value at that offset (inconsistent_offset). A record acknowledged
     with acks=1 and then truncated by a failover may have its offset reused below or
-    above later appends; those types report it, so it orders nothing here."""
+    above later appends; those types report it, so it orders nothing here. A send of
+    unknown outcome may have been appended at any time after its invoke: it is a later
+    writer (W2) only, never done before another began."""
     cov = coverage.of(pl)
     off = cov["offset"].to_numpy(dtype=float)
-    keep = (equals(cov["status"], COMMITTED)
+    acked = (equals(cov["status"], COMMITTED)
+             & cov["complete_index"].notna().to_numpy(dtype=bool))
+    found = equals(cov["status"], UNKNOWN) & cov["seen_any"].to_numpy(dtype=bool)
+    keep = ((acked | found)
             & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
-            & cov["complete_index"].notna().to_numpy(dtype=bool)
             & ~(cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)))
     if check_reads and keep.any():
         r = pl.reads
@@ -139,11 +144,17 @@ def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
     op = c["op"].to_numpy(dtype=np.int64)
     first = np.flatnonzero(np.r_[True, op[1:] != op[:-1]])
     o = c["offset"].to_numpy(dtype=float)
+    done = np.where(acked[keep], c["complete_index"].to_numpy(dtype=np.int64, na_value=0),
+                    _NEVER_DONE)
     return pd.DataFrame({
         "txn": None, "process": c["process"].to_numpy(dtype=object)[first],
         "sure_lo": np.minimum.reduceat(o, first), "sure_hi": np.maximum.reduceat(o, first),
         "lo_op": op[first], "hi_op": op[first], "t_begin": c["invoke_index"].to_numpy(dtype=np.int64)[first],
-        "t_done": c["complete_index"].to_numpy(dtype=np.int64)[first]})
+        "t_done": done[first]})
+
+
+# The completion of a writer whose append may come at any time: after every op.
+_NEVER_DONE = np.iinfo(np.int64).max
 
 
 _COLS = ["txn", "process", "sure_lo", "sure_hi", "lo_op", "hi_op", "t_begin", "t_done"]

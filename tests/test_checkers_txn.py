@@ -401,6 +401,34 @@ def test_commit_order_of_plain_sends(tmp_path):
     assert "p1's send (op 0)" in ex["detail"] and "offset 1" in ex["detail"]
 
 
+def test_commit_order_of_a_send_that_ended_in_info_and_was_read(tmp_path):
+    """A send of unknown outcome appends, if at all, after its invoke: p2's, sent after
+    p1's was acknowledged at offset 1 and read at offset 0, contradicts real time. Sent
+    before that ack, or read above it, it does not; and it never orders a later send,
+    since it may be appended at any time."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p1", [(0, 1, 1)])
+    later = h.send("p2", [(0, 2)], type="info")
+    h.send("p3", [(0, 3, 2)])
+    h.seek("c", [(0, 0)])
+    h.poll("c", [(0, 0, 2), (0, 1, 1), (0, 2, 3)])
+    v = verdict(h)
+    assert found(v) == {"commit_order"} and v.counts["commit_order"] == 1, v.summary()
+    ex = example(v, "commit_order", process="p2", op=later, offset=0, txn=None)
+    assert "p1's send (op 0)" in ex["detail"]
+    for name, at in (("concurrent", {2: 0, 1: 1, 3: 2}), ("appended late", {1: 0, 3: 1, 2: 2})):
+        h = History(tmp_path / f"{name}.jsonl")
+        a = h.invoke("p2", "send", {"records": [{"topic": "t", "partition": 0, "key": None,
+                                                 "value": 2}]})
+        h.send("p1", [(0, 1, at[1])])
+        h.complete(a, "info", {}, error="timed out")
+        h.send("p3", [(0, 3, at[3])])  # sent after p2's send ended
+        h.seek("c", [(0, 0)])
+        h.poll("c", sorted((0, o, v) for v, o in at.items()))
+        v = verdict(h)
+        assert v.valid and found(v) == set(), f"{name}: {v.summary()}"
+
+
 def test_commit_order_between_a_plain_send_and_a_transaction(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.send("p1", [(0, 1, 4)])
