@@ -109,14 +109,8 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     for a, c in (("a1", "offset"), ("a2", "value"), ("a3", "op")):
         out[a] = cov[c].array.take(first_seen, allow_fill=True)
     # A read_committed poll of the seen write: the first that returned its value.
-    distinct, which, at = pl.value_matches
-    rc = np.flatnonzero((at >= 0) & pl.read_committed)
-    none = np.iinfo(np.int64).max
-    poll = np.full(len(distinct), none)
-    np.minimum.at(poll, at[rc], rc)
-    poll = poll[which[first_seen]]
-    out["a4"] = pl.reads["op"].array.take(
-        np.where((first_seen >= 0) & (poll != none), poll, -1), allow_fill=True)
+    poll = pl.first_reads(np.maximum(first_seen, 0), pl.read_committed)
+    out["a4"] = pl.reads["op"].array.take(np.where(first_seen >= 0, poll, -1), allow_fill=True)
     # A read_committed scan that went over the missing write: its far poll and start.
     has_missing = first_missing >= 0
     lo, hi = np.full(n, np.nan), np.full(n, np.nan)

@@ -82,14 +82,11 @@ def _out_of_order(pl: PartitionLog, rows: np.ndarray, known: np.ndarray):
 def _offset_readers(pl: PartitionLog, rows: np.ndarray) -> dict[int, float]:
     """Of the writes at `rows`, each whose offset its ack did not say: the op of the
     first poll that read its value at a known offset (where its offset is known from)."""
-    distinct, which, at = pl.value_matches
-    reads = np.flatnonzero((at >= 0) & pl.reads["offset"].notna().to_numpy(dtype=bool))
-    first = np.full(len(distinct), len(at))  # per value, its first read of a known offset
-    np.minimum.at(first, at[reads], reads)
+    read = pl.first_reads(rows, pl.reads["offset"].notna().to_numpy(dtype=bool))
     ops = pl.reads["op"].to_numpy(dtype=float, na_value=np.nan)
     acked = pl.writes["offset"].notna().to_numpy(dtype=bool)
-    return {int(row): ops[first[which[row]]] for row in rows
-            if not acked[row] and first[which[row]] < len(at)}
+    return {int(row): ops[at] for row, at in zip(rows, read, strict=True)
+            if not acked[row] and at >= 0}
 
 
 def _rewritten(pl: PartitionLog) -> np.ndarray:
@@ -104,6 +101,10 @@ def _missing_last(a: pd.api.extensions.ExtensionArray) -> np.ndarray:
     missing = a.isna()
     values[missing] = values[~missing].max(initial=0) + 1
     return values
+
+
+# The completion of a writer whose append may come at any time: after every op.
+_NEVER_DONE = np.iinfo(np.int64).max
 
 
 def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
@@ -151,10 +152,6 @@ def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
         "sure_lo": np.minimum.reduceat(o, first), "sure_hi": np.maximum.reduceat(o, first),
         "lo_op": op[first], "hi_op": op[first], "t_begin": c["invoke_index"].to_numpy(dtype=np.int64)[first],
         "t_done": done[first]})
-
-
-# The completion of a writer whose append may come at any time: after every op.
-_NEVER_DONE = np.iinfo(np.int64).max
 
 
 _COLS = ["txn", "process", "sure_lo", "sure_hi", "lo_op", "hi_op", "t_begin", "t_done"]

@@ -497,38 +497,29 @@ class PartitionLog:
 
     def covered(self, lo: np.ndarray, hi: np.ndarray, scans: pd.DataFrame) -> np.ndarray:
         """Whether some scan surely went over an offset known to lie in [lo, hi]."""
-        out = np.zeros(len(lo), dtype=bool)
-        if len(scans) == 0 or len(lo) == 0:
-            return out
-        s = scans["s"].to_numpy(dtype=np.int64)
-        order = np.argsort(s, kind="stable")
-        s_sorted = s[order]
-        e_max = np.maximum.accumulate(scans["e"].to_numpy(dtype=np.int64)[order])
-        k = np.searchsorted(s_sorted, np.nan_to_num(lo, nan=-1), side="right") - 1
-        ok = (k >= 0) & ~np.isnan(lo) & ~np.isnan(hi)
-        out[ok] = e_max[k[ok]] >= hi[ok]
-        return out
+        return _covering(lo, hi, scans) >= 0
 
     def covering_scan_ops(self, lo: np.ndarray, hi: np.ndarray,
                           scans: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """For each [lo, hi], a scan that covers it (the one reaching furthest of those
-        begun at or below lo): the poll at its far end and the op where it began (NaN
-        when none covers)."""
+        """For each [lo, hi], a scan that covers it: the poll at its far end and the op
+        where it began (NaN when none covers)."""
         far, start = np.full(len(lo), np.nan), np.full(len(lo), np.nan)
-        if len(scans) == 0 or len(lo) == 0:
-            return far, start
-        s = scans["s"].to_numpy(dtype=np.int64)
-        e = scans["e"].to_numpy(dtype=np.int64)
-        order = np.argsort(s, kind="stable")
-        # The furthest-reaching scan among the first k+1 to begin, for every k.
-        best = order[_running_argmax(e[order])]
-        k = np.searchsorted(s[order], np.nan_to_num(lo, nan=-1), side="right") - 1
-        ok = (k >= 0) & ~np.isnan(lo) & ~np.isnan(hi)
-        ok[ok] = e[best[k[ok]]] >= hi[ok]
-        chosen = scans.iloc[best[k[ok]]]
+        at = _covering(lo, hi, scans)
+        ok = at >= 0
+        chosen = scans.iloc[at[ok]]
         far[ok] = self._scan_ops.reindex(chosen["run"].to_numpy()).to_numpy(dtype=float)
         start[ok] = chosen["start_op"].to_numpy(dtype=float)
         return far, start
+
+    def first_reads(self, rows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """For the writes at `rows`, the position in `reads` of the first read in `mask`
+        that returned the write's value, or -1."""
+        distinct, which, at = self.value_matches
+        hits = np.flatnonzero((at >= 0) & mask)
+        first = np.full(len(distinct), len(at))
+        np.minimum.at(first, at[hits], hits)
+        found = first[which[rows]]
+        return np.where(found < len(at), found, -1)
 
     def covering_scans(self, lo: float, hi: float, scans: pd.DataFrame) -> pd.DataFrame:
         """The scans that cover [lo, hi], the first of each process: its witnesses."""
@@ -561,8 +552,21 @@ class PartitionLog:
         return None if op is None or pd.isna(op) else int(op)
 
 
-def _running_argmax(x: np.ndarray) -> np.ndarray:
-    """For each i, the position of the largest of x[:i + 1] (the first, on ties)."""
-    top = np.maximum.accumulate(x)
-    rises = np.r_[True, top[1:] > top[:-1]]  # where a new maximum is first reached
-    return np.maximum.accumulate(np.where(rises, np.arange(len(x)), 0))
+def _covering(lo: np.ndarray, hi: np.ndarray, scans: pd.DataFrame) -> np.ndarray:
+    """For each [lo, hi], the position in `scans` of one that surely went over it (the
+    furthest-reaching of those begun at or below lo), or -1."""
+    out = np.full(len(lo), -1)
+    if len(scans) == 0 or len(lo) == 0:
+        return out
+    s = scans["s"].to_numpy(dtype=np.int64)
+    e = scans["e"].to_numpy(dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    # The furthest-reaching scan among the first k+1 to begin, for every k.
+    top = np.maximum.accumulate(e[order])
+    rises = np.r_[True, top[1:] > top[:-1]]  # where a new furthest is first reached
+    best = order[np.maximum.accumulate(np.where(rises, np.arange(len(order)), 0))]
+    k = np.searchsorted(s[order], np.nan_to_num(lo, nan=-1), side="right") - 1
+    ok = (k >= 0) & ~np.isnan(lo) & ~np.isnan(hi)
+    ok[ok] = top[k[ok]] >= hi[ok]
+    out[ok] = best[k[ok]]
+    return out
