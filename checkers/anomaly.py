@@ -154,7 +154,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the poll", offset="", value="", txn="the writer's transaction",
           detail=""),
        roles={"reader": "the poll",
-              "writer": "the send of the value (the failed send, or the aborted transaction's)"}),
+              "writer": "the send of the value (the failed send, or the aborted transaction's)",
+              "abort": "what ended the writer's transaction aborted: its abort_txn, or its "
+                       "commit_txn that failed (when the history has one)"}),
     _a("precommitted_read", "isolation", """
        A read_committed poll returned a value of a transaction and completed before that
        transaction's first commit_txn was invoked.""",
@@ -301,7 +303,10 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the second output's send", offset="", value="", txn="",
           detail="every output of that input"),
        roles={"output": "the send of each definitely committed output of the input (`op` is the "
-                        "second)"}),
+                        "second)",
+              "commit": "the commit_txn of each output's transaction (the one that completed ok, "
+                        "else those that may have committed it)",
+              "input writer": "the send of the input, when a committed send_offsets went past it"}),
     _a("lost_input", "pipeline", """
        An input record, visible to read_committed readers, at an offset a group committed
        past with send_offsets in a committed transaction (and at or after the lowest
@@ -310,6 +315,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the send_offsets", offset="the input's", value="the input's",
           txn="the send_offsets' transaction", detail=""),
        roles={"send_offsets": "the send_offsets that committed past the input",
+              "commit": "the commit_txn of the send_offsets' transaction (the one that completed "
+                        "ok, else those that may have committed it)",
               "input writer": "the send of the input"}),
     # Stalls (liveness)
     _a("late_return", "liveness", """
@@ -380,10 +387,9 @@ def witnesses(*pairs) -> list[dict]:
     return out
 
 
-def plain_witnesses(v, key: str = "op") -> list[dict] | None:
-    """A `witnesses` cell as plain {op: int, role: str} dicts (with key "index", a
-    `witness_at` cell as {index: int, role: str}), from a list, an Arrow array's
-    to_pandas (a numpy array of dicts) or a Spark Row; None when missing."""
+def plain_witnesses(v) -> list[dict] | None:
+    """A `witnesses` cell as plain {op: int, role: str} dicts, from a list, an Arrow
+    array's to_pandas (a numpy array of dicts) or a Spark Row; None when missing."""
     if v is None or isinstance(v, float) or v is pd.NA:
         return None
-    return [{key: int(w[key]), "role": str(w["role"])} for w in v]
+    return [{"op": int(w["op"]), "role": str(w["role"])} for w in v]

@@ -13,8 +13,10 @@ core, and so do the families' `finish`es, which do not depend on each other.
 
 A row names its witnesses by op (anomaly.COLUMNS `witnesses`). What a partition's steps
 know of some ops is only the index of one of their events (a transaction's commit_txn,
-its first op); a row names those in `witness_at`, as {index, role}, and the driver
-turns each into the op of that event (from the ops table) among its witnesses.
+its first op), or only the transaction they decided (what aborted the writer of a
+read); a row names those in `witness_at`, as {index, role} or {txn, role}, and the
+driver turns each into the op of that event, or the ops that decided that
+transaction's outcome, from the ops table, among its witnesses.
 
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
@@ -37,14 +39,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import anomaly, forked, memory
+from . import anomaly, forked, memory, txn_status
 from .partlog import PartitionLog
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
 _FACT_COLUMNS = (("row", _S), ("txn2", _S), ("kind", _S), ("n1", _I), ("n2", _I),
                  ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I),
-                 ("witness_at", pa.list_(pa.struct([("index", _I), ("role", _S)]))))
+                 ("witness_at", pa.list_(pa.struct([("index", _I), ("txn", _S), ("role", _S)]))))
 OUT_SCHEMA = pa.schema(list(anomaly.SCHEMA) + [pa.field(n, t) for n, t in _FACT_COLUMNS])
 _LONGS = {f.name for f in OUT_SCHEMA if f.type == _I}
 
@@ -62,7 +64,7 @@ def _plain(rows: pd.DataFrame) -> pd.DataFrame:
     dicts, as reports and anomaly.witnesses take them (Arrow gives numpy arrays)."""
     rows["witnesses"] = pd.Series([anomaly.plain_witnesses(v) for v in rows["witnesses"]],
                                   index=rows.index, dtype=object)
-    rows["witness_at"] = pd.Series([anomaly.plain_witnesses(v, "index") for v in rows["witness_at"]],
+    rows["witness_at"] = pd.Series([plain_at(v) for v in rows["witness_at"]],
                                    index=rows.index, dtype=object)
     return rows
 
@@ -98,20 +100,49 @@ def at_events(*pairs) -> list[dict]:
             if i is not None and not pd.isna(i)]
 
 
+def at_outcome(txn, role: str) -> list[dict]:
+    """A row's `witness_at` naming, as `role`, the ops that decided transaction txn's
+    outcome (txn_status.deciding_ops), which the driver finds; none when txn is
+    missing."""
+    return [] if txn is None or pd.isna(txn) else [{"txn": str(txn), "role": role}]
+
+
+def plain_at(v) -> list[dict] | None:
+    """A `witness_at` cell as plain dicts, {index: int, role} or {txn: str, role}, from
+    a list or an Arrow array's to_pandas (a numpy array of dicts); None when missing."""
+    if v is None or isinstance(v, float) or v is pd.NA:
+        return None
+    out = []
+    for w in v:
+        index, txn = w.get("index"), w.get("txn")
+        out.append({"index": int(index), "role": str(w["role"])} if index is not None
+                   else {"txn": str(txn), "role": str(w["role"])})
+    return out
+
+
 def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
     """Each row's witness_at as witnesses: the op whose invoke or completion is that
-    event, read from the ops table only when some row needs it."""
+    event, or the ops that decided that transaction's outcome, read from the ops table
+    only when some row needs it."""
     at = found["witness_at"]
     if not at.map(bool).any():
         return found
-    ops = read_frame(Path(directory) / "ops.parquet", ["op", "invoke_index", "complete_index"])
+    by_txn = any("txn" in a for extra in at if extra for a in extra)
+    ops = read_frame(Path(directory) / "ops.parquet",
+                     ["op", "invoke_index", "complete_index"]
+                     + (["f", "type", "txn"] if by_txn else []))
     done = ops[ops["complete_index"].notna()]
     op_of = dict(zip(ops["invoke_index"].astype("int64"), ops["op"].astype("int64")))
     op_of.update(zip(done["complete_index"].astype("int64"), done["op"].astype("int64")))
+    decided = txn_status.deciding_ops(ops) if by_txn else {}
+
+    def ops_at(a: dict) -> list:
+        return decided.get(a["txn"], []) if "txn" in a else [op_of.get(a["index"])]
+
     found = found.copy()
     found["witnesses"] = [
         anomaly.witnesses(*((w["op"], w["role"]) for w in ws or ()),
-                          *((op_of.get(a["index"]), a["role"]) for a in extra or ()))
+                          *((op, a["role"]) for a in extra or () for op in ops_at(a)))
         if extra else ws
         for ws, extra in zip(found["witnesses"], at)]
     return found
@@ -179,7 +210,7 @@ def _arrow(df: pd.DataFrame) -> pa.Table:
         elif f.name == "witnesses":
             arrays.append(pa.array([anomaly.plain_witnesses(v) for v in col], type=f.type))
         elif f.name == "witness_at":
-            arrays.append(pa.array([anomaly.plain_witnesses(v, "index") for v in col], type=f.type))
+            arrays.append(pa.array([plain_at(v) for v in col], type=f.type))
         elif isinstance(col.dtype, pd.CategoricalDtype):
             codes = col.array.codes
             words = pa.array(col.cat.categories.to_numpy(dtype=object), _S)

@@ -34,8 +34,11 @@ def aborted_reads(pl: PartitionLog) -> list[dict]:
     for x in each_row(r):
         why = (f"whose send (op {num(x['w_op'])}) failed" if x["status"] == FAILED
                else f"of aborted transaction {x['w_txn']}")
-        out.append(_read_record("aborted_read", x, f"{x['isolation']} poll read value "
-                                f"{num(x['value'])} {why}"))
+        rec = _read_record("aborted_read", x, f"{x['isolation']} poll read value "
+                           f"{num(x['value'])} {why}")
+        if x["status"] == ABORTED:
+            rec["witness_at"] = engine.at_outcome(x["w_txn"], "abort")
+        out.append(rec)
     return out
 
 

@@ -87,6 +87,12 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     sure = np.flatnonzero(equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED))
     twice = facts[["topic", "a1"]].iloc[sure].duplicated(keep=False).to_numpy()
     many = facts.iloc[sure[twice]].sort_values("a2")
+    if many.empty:
+        return []
+    inputs = facts.iloc[np.flatnonzero(equals(facts["row"], INPUT)
+                                       & facts["value"].notna().to_numpy(dtype=bool))]
+    input_writer = dict(zip(inputs["value"].to_numpy(dtype=np.int64),
+                            inputs["a3"].to_numpy(dtype=object, na_value=None)))
     found = []
     for (topic, source), g in many.groupby(["topic", "a1"], sort=True):
         x = g.iloc[1]
@@ -94,7 +100,10 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
             "type": "duplicate_output", "severity": VIOLATION, "process": x["process"],
             "op": num(x["op"]), "topic": topic, "partition": num(x["partition"]),
             "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
-            "witnesses": witnesses(*((o, "output") for o in g["op"])),
+            "witnesses": witnesses(*((o, "output") for o in g["op"]),
+                                   (input_writer.get(int(source)), "input writer")),
+            "witness_at": [a for t in dict.fromkeys(g["txn"].dropna())
+                           for a in engine.at_outcome(t, "commit")],
             "detail": f"input value {num(source)} has {len(g)} committed outputs in {topic}: "
                       f"values {', '.join(str(num(v)) for v in g['value'])}"})
     return found
@@ -116,6 +125,7 @@ def lost_inputs(facts: pd.DataFrame) -> list[dict]:
              "op": num(x["op"]), "topic": x["topic"], "partition": num(x["partition"]),
              "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
              "witnesses": witnesses((x["op"], "send_offsets"), (x["a3"], "input writer")),
+             "witness_at": engine.at_outcome(x["txn"], "commit"),
              "detail": f"group {x['kind']} committed offset {num(x['a1'])} past input value "
                        f"{num(x['value'])} at offset {num(x['offset'])} (send_offsets op "
                        f"{num(x['op'])} in {x['txn']}), but no committed output has it as "

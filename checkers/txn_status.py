@@ -92,6 +92,23 @@ def outcomes(ops: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("txn").reset_index()
 
 
+def deciding_ops(ops: pd.DataFrame) -> dict[str, list[int]]:
+    """Per transaction, the ops that decided its outcome, by the rules of `outcomes`:
+    its commit_txn that completed ok; else those that ended in info or never ended
+    (one of them may have committed it); else what ended it aborted, its abort_txns
+    and failed commit_txns. In op order; a transaction with none of these is left out.
+    ops: at least op, f, type (info for an op that never completed) and txn."""
+    t = ops[ops["f"].isin(["commit_txn", "abort_txn"]).to_numpy(dtype=bool)
+            & ops["txn"].notna().to_numpy(dtype=bool)]
+    commit = (t["f"] == "commit_txn").to_numpy(dtype=bool)
+    kind = t["type"].to_numpy(dtype=object)
+    tier = np.where(commit & (kind == "ok"), 0, np.where(commit & (kind != "fail"), 1, 2))
+    t = t.assign(tier=tier).sort_values("op", kind="stable")
+    best = t.groupby("txn", sort=False)["tier"].transform("min")
+    t = t[(t["tier"] == best).to_numpy(dtype=bool)]
+    return {str(txn): [int(o) for o in g] for txn, g in t.groupby("txn", sort=False)["op"]}
+
+
 def shared_txn(ops: pd.DataFrame) -> str | None:
     """Why some `txn` names more than one transaction, or None. A txn is one process's
     transaction, begun at most once (docs/history.md); ops of two processes under one

@@ -195,7 +195,8 @@ ROLE_OPS: dict[str, set[str]] = {
                      "offset reader"), _POLL),
     "observer": _SEND | _POLL, "edge N source": _SEND | _POLL, "edge N target": _SEND | _POLL,
     "scan start": {"seek", "assign", "poll"}, "seek": {"seek", "assign"},
-    "watermarks": {"watermarks"}, "commit": {"commit_txn"}, "W1 end": {"commit_txn", "send"},
+    "watermarks": {"watermarks"}, "commit": {"commit_txn"}, "abort": {"abort_txn", "commit_txn"},
+    "W1 end": {"commit_txn", "send"},
     "lower commit": _COMMITS, "earlier commit": _COMMITS, "latest commit": _COMMITS,
     "fetch": {"fetch_offsets"}, "send_offsets": {"send_offsets"},
 }

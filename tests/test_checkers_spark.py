@@ -204,7 +204,7 @@ def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
         "op": [1.0, np.nan, 3.0, 2.0 ** 40],
         "offset": pd.Series([5, None, 7, 2 ** 62 + 1], dtype=object),
         "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
-        "witness_at": [[{"index": 4, "role": "commit"}], None, None, []],
+        "witness_at": [[{"index": 4, "role": "commit"}], None, [{"txn": "t0", "role": "abort"}], []],
     })
     ours = engine._arrow(df)
     assert ours.schema == engine.OUT_SCHEMA
@@ -215,7 +215,8 @@ def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
         "op": [1, None, 3, 2 ** 40],
         "offset": [5, None, 7, 2 ** 62 + 1],
         "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
-        "witness_at": [[{"index": 4, "role": "commit"}], None, None, []],
+        "witness_at": [[{"index": 4, "txn": None, "role": "commit"}], None,
+                       [{"index": None, "txn": "t0", "role": "abort"}], []],
     }
     for name, values in expected.items():
         assert ours[name].to_pylist() == values, name
@@ -230,7 +231,7 @@ def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
     assert rows["txn2"].tolist() == ["a", None, None, None]
     assert rows["witnesses"].tolist() == expected["witnesses"]
     assert all(type(w) is list for w in rows["witnesses"].dropna())
-    assert rows["witness_at"].tolist() == expected["witness_at"]
+    assert rows["witness_at"].tolist() == df["witness_at"].tolist()
     assert pa.Table.from_pandas(rows, schema=engine.OUT_SCHEMA,
                                 preserve_index=False).equals(ours)
     empty = engine.conform(pd.DataFrame({"row": []}))

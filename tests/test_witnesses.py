@@ -14,11 +14,28 @@ def test_aborted_read_names_the_reader_and_the_aborted_writer(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.begin("p1", "T1")
     send = h.send("p1", [(0, 1, 0)], txn="T1")
-    h.abort("p1", "T1")
+    abort = h.abort("p1", "T1")
     poll = h.poll("c0", [(0, 0, 1)], isolation=RU)
     ex = example(verdict(h), "aborted_read", op=poll)
-    assert witnessed(ex) == {(poll, "reader"), (send, "writer")}
+    # The abort_txn is found on the driver, from the transaction the read's writer names.
+    assert witnessed(ex) == {(poll, "reader"), (send, "writer"), (abort, "abort")}
     assert_witnessed(ex)
+
+
+def test_aborted_read_names_the_failed_commit_that_aborted_the_writer(tmp_path):
+    """A transaction whose commit_txn failed aborted: that commit is what ended it. An
+    earlier commit that failed too is named, a transaction with no such op names none."""
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T1")
+    send = h.send("p1", [(0, 1, 0)], txn="T1")
+    failed = [h.commit("p1", "T1", type="fail"), h.commit("p1", "T1", type="fail")]
+    h.begin("p2", "T2")
+    unended = h.send("p2", [(0, 2, 1)], txn="T2")
+    poll = h.poll("c0", [(0, 0, 1), (0, 1, 2)], isolation=RU)
+    by_value = {ex["value"]: ex for ex in verdict(h).examples["aborted_read"]}
+    assert witnessed(by_value[1]) == \
+        {(poll, "reader"), (send, "writer"), (failed[0], "abort"), (failed[1], "abort")}
+    assert witnessed(by_value[2]) == {(poll, "reader"), (unended, "writer")}
 
 
 def test_aborted_read_of_a_failed_send_names_that_send(tmp_path):
@@ -116,19 +133,40 @@ def test_poll_skip_after_a_seek_names_the_seek(tmp_path):
     assert witnessed(ex) == {(after, "reader"), (seek, "seek"), (skipped, "skipped writer")}
 
 
-def test_duplicate_output_names_every_committed_output(tmp_path):
+def test_duplicate_output_names_every_committed_output_its_commit_and_the_input(tmp_path):
     h = History(tmp_path / "h.jsonl")
-    h.send("p0", [(0, 1, 0)], topic="in")
-    outputs = []
+    source = h.send("p0", [(0, 1, 0)], topic="in")
+    outputs, commits = [], []
     for proc, txn in (("pp", "T1"), ("pq", "T2")):
         h.begin(proc, txn)
         h.poll(proc, [(0, 0, 1)], txn=txn, topic="in")
         outputs.append(h.send(proc, [(0, 100 + len(outputs))], txn=txn, topic="out",
                               sources=[1]))
         h.send_offsets(proc, txn, "g", [(0, 1)], topic="in")
-        h.commit(proc, txn)
+        if txn == "T2":  # a commit that may have applied, then the one that did
+            h.commit(proc, txn, type="info")
+        commits.append(h.commit(proc, txn))
     ex = example(verdict(h), "duplicate_output", op=outputs[1])
-    assert witnessed(ex) == {(outputs[0], "output"), (outputs[1], "output")}
+    assert witnessed(ex) == {(outputs[0], "output"), (outputs[1], "output"),
+                             (commits[0], "commit"), (commits[1], "commit"),
+                             (source, "input writer")}
+    assert_witnessed(ex)
+
+
+def test_lost_input_names_the_commit_of_its_send_offsets(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)], topic="in")
+    lost = h.send("p0", [(0, 2, 1)], topic="in")
+    h.begin("pp", "T1")
+    h.poll("pp", [(0, 0, 1), (0, 1, 2)], txn="T1", topic="in")
+    h.send("pp", [(0, 100)], txn="T1", topic="out", sources=[1])
+    offsets = h.send_offsets("pp", "T1", "g", [(0, 2)], topic="in")
+    maybe = h.commit("pp", "T1", type="info")
+    h.poll("c0", [(0, 0, 100)], isolation=RC, topic="out")  # proves T1 committed
+    ex = example(verdict(h), "lost_input", op=offsets, value=2)
+    assert witnessed(ex) == {(offsets, "send_offsets"), (lost, "input writer"),
+                             (maybe, "commit")}
+    assert_witnessed(ex)
 
 
 def test_duplicate_names_the_writer_and_each_offset_s_observer(tmp_path):
@@ -179,10 +217,11 @@ def test_verdict_json_carries_the_witnesses(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.begin("p1", "T1")
     send = h.send("p1", [(0, 1, 0)], txn="T1")
-    h.abort("p1", "T1")
+    abort = h.abort("p1", "T1")
     poll = h.poll("c0", [(0, 0, 1)], isolation=RU)
     d = json.loads(verdict(h).to_json())
     assert d["examples"]["aborted_read"][0]["witnesses"] == [
-        {"op": poll, "role": "reader"}, {"op": send, "role": "writer"}]
+        {"op": poll, "role": "reader"}, {"op": send, "role": "writer"},
+        {"op": abort, "role": "abort"}]
     assert Verdict.from_dict(d).examples["aborted_read"][0]["witnesses"] == \
         d["examples"]["aborted_read"][0]["witnesses"]
