@@ -459,6 +459,7 @@ def write_tables(path: Path, out: Path, spool: Path,
         if proven is not txns:
             txns = proven
             txns_t = to_arrow("txns", txns)
+            del write_index  # it holds the old writes: both go before the new are made
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
         memory.give_back()
