@@ -6,7 +6,7 @@ history as one table of steps (checkers/tables.py, "steps"), grouped by (topic,
 partition) when it is written (checkers/spool.py), and every per-partition check is a
 pandas function over one partition's steps (PartitionLog). checkers/engine.py hands
 each partition's steps to every family's check at once, in this process or in one
-Spark mapInArrow, with no shuffle.
+Spark job, with no shuffle.
 
 Terms used by the checks:
 

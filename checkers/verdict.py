@@ -3,7 +3,7 @@
 `check` converts the history once into its tables (checkers/store.py) and runs every
 family of checkers in one pass (checkers/engine.py): every per-partition check in one
 pandas pass over each partition's steps (in this machine's processes, or, when a
-Spark master is named, in one Spark mapInArrow with no shuffle), then the
+Spark master is named, in one Spark job with no shuffle), then the
 cross-partition checks. Spark starts only for a check on Spark.
 """
 from __future__ import annotations
