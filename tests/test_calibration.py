@@ -113,23 +113,27 @@ def _fixed_on(cluster, release: str) -> None:
         pytest.skip(f"the session's Kafka {cluster.dist.version} predates the fix ({release})")
 
 
+def _at_heal(trial) -> tuple[list, list]:
+    """The trial's events before its first heal, and from it on."""
+    events = read_events(trial.history)
+    heal = next((i for i, e in enumerate(events) if e["f"] == "heal"), len(events))
+    return events[:heal], events[heal:]
+
+
 def _held_produce_outlived_its_abort(trial) -> bool:
     """Evidence the plan did what the bug needs: a transaction with a send that did not
     complete was aborted, the abort landing, before the heal let the held produce go.
     When the transaction's coordinator is the held leader (about one run in three), the
     abort is held as well and lands after the produce: then no release can show it."""
-    events = read_events(trial.history)
-    unsure = {e["txn"] for e in events if e["f"] == "send" and e["type"] == "info"}
-    heal = next((i for i, e in enumerate(events) if e["f"] == "heal"), len(events))
+    before, after = _at_heal(trial)
+    unsure = {e["txn"] for e in before + after if e["f"] == "send" and e["type"] == "info"}
     return any(e["f"] == "abort_txn" and e["type"] == "ok" and e.get("txn") in unsure
-               for e in events[:heal])
+               for e in before)
 
 
 def _committed_after_heal(trial) -> bool:
     """The transaction the held produce could join ran: an ok commit after the heal."""
-    events = read_events(trial.history)
-    heal = next((i for i, e in enumerate(events) if e["f"] == "heal"), len(events))
-    return any(e["f"] == "commit_txn" and e["type"] == "ok" for e in events[heal:])
+    return any(e["f"] == "commit_txn" and e["type"] == "ok" for e in _at_heal(trial)[1])
 
 
 def _control_ran(trial) -> bool:
