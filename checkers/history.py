@@ -531,6 +531,9 @@ def events_table(path: str | os.PathLike, sink=None) -> pa.Table:
 # What every fault event's line holds: found in the bytes as they stream by, so that
 # the faults' free-form parameters are read from their few lines afterwards.
 _FAULT_NEEDLE = f'"{NEMESIS}"'.encode()
+_NEWLINE = ord("\n")
+# What the per-line reader strips (bytes.strip): a line of only these holds no event.
+_WHITESPACE = np.frombuffer(b" \t\n\r\x0b\x0c", np.uint8)
 
 
 def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
@@ -546,9 +549,10 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
             source = _Scanned(fh, 0, cut, hits)
             kept = [take(_conform(batch)) for batch in _ahead(_reader(source, block))]
         return _one_per_line(pa.Table.from_batches(kept, schema=schema), path, cut,
-                             source.newlines)
+                             source.newlines, source.blank)
     parts: list[list[pa.RecordBatch]] = [[] for _ in ranges]
     newlines = [0] * len(ranges)
+    blank = [False] * len(ranges)
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -561,7 +565,7 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
                     if stop.is_set():
                         return
                     parts[i].append(take(_conform(batch)))
-                newlines[i] = source.newlines
+                newlines[i], blank[i] = source.newlines, source.blank
         except BaseException as exc:
             errors.append(exc)
             stop.set()
@@ -579,17 +583,21 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
     if errors:
         raise errors[0]
     return _one_per_line(pa.Table.from_batches([b for part in parts for b in part],
-                                                schema=schema), path, cut, sum(newlines))
+                                                schema=schema), path, cut, sum(newlines),
+                         any(blank))
 
 
-def _one_per_line(table: pa.Table, path: Path, cut: int, newlines: int) -> pa.Table:
+def _one_per_line(table: pa.Table, path: Path, cut: int, newlines: int,
+                  blank: bool) -> pa.Table:
     """The table, if it has one row per line of the first `cut` bytes that is not blank;
     else ArrowInvalid. pyarrow's parse reads events with no newline between them as
-    rows of their own, where the per-line reader refuses their line."""
+    rows of their own, where the per-line reader refuses their line. `blank`: some
+    line may be blank (_Scanned)."""
     with _Mapped(path) as data:
         lines = newlines + (data[cut - 1:cut] != b"\n")
-        # Blank lines hold no event; counted only when the rows are fewer than lines.
-        if table.num_rows != lines and table.num_rows != len(_line_starts(data, cut)):
+        # With no blank line, the lines are counted already. Else the blank ones are
+        # found: one of them could balance a line of two events in the count.
+        if (blank or table.num_rows != lines) and table.num_rows != len(_line_starts(data, cut)):
             raise pa.ArrowInvalid("a line holds more than one event")
     return table
 
@@ -673,6 +681,10 @@ class _Scanned(io.RawIOBase):
         self.fh, self.at, self.left, self.hits = fh, start, cut, hits
         self.tail = b""  # the end of the last read, where a needle may begin
         self.newlines = 0
+        # Whether some line may be blank (it begins with whitespace, or is empty): only
+        # then can a blank line hide a line of two events from the count of lines.
+        self.blank = False
+        self._line_begins = True  # the next byte read begins a line
 
     def readable(self) -> bool:
         return True
@@ -681,7 +693,7 @@ class _Scanned(io.RawIOBase):
         # pyarrow reads through read(); the bytes it gets are the ones searched.
         data = self.fh.read(self.left if size < 0 else min(size, self.left))
         self.left -= len(data)
-        self.newlines += data.count(b"\n")
+        self._count_lines(data)
         keep = len(_FAULT_NEEDLE) - 1
         seam = self.tail + data[:keep]
         at = seam.find(_FAULT_NEEDLE)
@@ -694,6 +706,20 @@ class _Scanned(io.RawIOBase):
         self.tail = (self.tail + data)[-keep:] if len(data) < keep else data[-keep:]
         self.at += len(data)
         return data
+
+    def _count_lines(self, data: bytes) -> None:
+        # numpy, not bytes.count: as fast, it lets the other parts' threads run, and the
+        # newlines found say where lines begin.
+        if not data:
+            return
+        a = np.frombuffer(data, np.uint8)
+        nl = np.flatnonzero(a == _NEWLINE)
+        self.newlines += len(nl)
+        if not self.blank:
+            begins = a[nl[:-1] + 1] if len(nl) and nl[-1] == len(a) - 1 else a[nl + 1]
+            self.blank = bool((self._line_begins and a[0] in _WHITESPACE)
+                              or np.isin(begins, _WHITESPACE).any())
+        self._line_begins = bool(a[-1] == _NEWLINE)
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))
@@ -867,17 +893,33 @@ def _as_text(x: Any) -> Any:
     return x
 
 
+_CHUNK = 64 << 20
+
+
 def _line_starts(data, cut: int) -> np.ndarray:
-    """Byte offset of every non-blank line before `cut`, scanned in chunks so a
-    gigabyte history never needs a gigabyte-sized mask."""
-    chunk = 64 << 20
-    newlines = [np.flatnonzero(np.frombuffer(data[lo:min(lo + chunk, cut)], np.uint8) == 10) + lo
-                for lo in range(0, cut, chunk)]
+    """Byte offset of every non-blank line before `cut` (blank: nothing but whitespace,
+    which the per-line reader skips), scanned in chunks so a gigabyte history never
+    needs a gigabyte-sized mask."""
+    chunk = _CHUNK
+    newlines, begins = [], []
+    for lo in range(0, cut, chunk):
+        a = np.frombuffer(data[lo:min(lo + chunk, cut)], np.uint8)
+        nl = np.flatnonzero(a == _NEWLINE)
+        newlines.append(nl + lo)
+        # The first byte of each line (a newline, for an empty one) that begins here.
+        begins.append(a[:1] if lo == 0 else np.empty(0, np.uint8))
+        begins.append(a[nl[nl + 1 < len(a)] + 1])
+        if len(nl) and nl[-1] == len(a) - 1 and lo + len(a) < cut:
+            begins.append(np.frombuffer(data[lo + len(a):lo + len(a) + 1], np.uint8))
     nl = np.concatenate(newlines) if newlines else np.empty(0, np.int64)
     starts = np.r_[0, nl + 1].astype(np.int64)
     ends = np.r_[nl, cut].astype(np.int64)
-    # Only short lines can be blank (an event is far longer than a few bytes).
-    blank = [i for i in np.flatnonzero(ends - starts < 8) if not data[starts[i]:ends[i]].strip()]
+    first = np.concatenate(begins) if begins else np.empty(0, np.uint8)
+    # A blank line is empty or begins with whitespace; only those are looked at.
+    maybe = np.flatnonzero(ends == starts)
+    lead = np.flatnonzero(np.isin(first, _WHITESPACE))
+    blank = [i for i in np.union1d(maybe, lead[lead < len(starts)])
+             if not data[starts[i]:ends[i]].strip()]
     return np.delete(starts, blank)
 
 

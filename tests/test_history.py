@@ -227,9 +227,44 @@ def test_two_events_on_one_line_name_it_and_blank_lines_are_skipped(tmp_path, mo
         with pytest.raises(HistoryError, match=r"h\.jsonl:2: not valid JSON \(Extra data\)"):
             read(path)
     handed = _per_line_reads(monkeypatch)
-    path.write_text("\n".join([lines[0], "", lines[1], "  \t", lines[2], lines[3]]) + "\n\n")
+    path.write_text("\n".join([lines[0], "", lines[1], "  \t", lines[2], " " * 12, lines[3]])
+                    + "\n\n")
     assert events_table(path).column("index").to_pylist() == [0, 1, 2, 3]
     assert handed == []
+
+
+@pytest.mark.parametrize("blank", ["", "  \t", " " * 12])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_blank_line_does_not_hide_a_line_of_two_events(tmp_path, monkeypatch, blank, parts):
+    """Lines counted against events: a blank line (empty, or only whitespace of any
+    length) beside a line of two events makes as many lines as events, and the fast
+    reader must still refuse that line, in whichever part of the file each falls."""
+    from onceproof.checkers import history
+    monkeypatch.setattr(history, "PARTS", parts)
+    monkeypatch.setattr(history, "_BLOCK", 256)
+    events = [{"index": i, "op": i // 2, "process": "p", "type": t, "f": "commit_txn",
+               "time": i, "value": {}} for i, t in enumerate(["invoke", "ok"] * 8)]
+    lines = [json.dumps(e) for e in events]
+    lines[3:5] = [lines[3] + " " + lines[4]]
+    lines.insert(12, blank)
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert sum(1 for line in lines if line.strip()) == len(events) - 1
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=r"h\.jsonl:4: not valid JSON \(Extra data\)"):
+            read(path)
+
+
+def test_line_starts_skip_blank_lines_of_any_length_in_any_chunk(monkeypatch):
+    from onceproof.checkers import history
+    monkeypatch.setattr(history, "_CHUNK", 7)
+    text = b'{"a":1}\n\n   \n{"b":2}\n' + b" " * 20 + b'\n\t{"c":3}\n{"d":4}'
+    expected = [i for i, line in enumerate(text.split(b"\n")) if line.strip()]
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == ord("\n")]
+    for chunk in (1, 2, 3, 7, 8, 64):
+        monkeypatch.setattr(history, "_CHUNK", chunk)
+        got = history._line_starts(text, len(text)).tolist()
+        assert got == [starts[i] for i in expected], chunk
 
 
 def test_a_second_completion_names_its_line(tmp_path):
