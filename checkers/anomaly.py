@@ -306,6 +306,7 @@ REGISTRY: tuple[Anomaly, ...] = (
                         "second)",
               "commit": "the commit_txn of each output's transaction (the one that completed ok, "
                         "else those that may have committed it)",
+              "input poll": "each poll in an output's transaction that returned the input",
               "input writer": "the send of the input, when a committed send_offsets went past it"}),
     _a("lost_input", "pipeline", """
        An input record, visible to read_committed readers, at an offset a group committed

@@ -14,9 +14,11 @@ core, and so do the families' `finish`es, which do not depend on each other.
 A row names its witnesses by op (anomaly.COLUMNS `witnesses`). What a partition's steps
 know of some ops is only the index of one of their events (a transaction's commit_txn,
 its first op), or only the transaction they decided (what aborted the writer of a
-read); a row names those in `witness_at`, as {index, role} or {txn, role}, and the
-driver turns each into the op of that event, or the ops that decided that
-transaction's outcome, from the ops table, among its witnesses.
+read); and a finisher knows of the polls that returned an input only its value and
+the transaction. A row names those in `witness_at`, as {index, role}, {txn, role} or
+{value, txn, role}, and the driver turns each into the op of that event, the ops that
+decided that transaction's outcome (from the ops table), or the polls in that
+transaction that returned the value (from the steps), among its witnesses.
 
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
@@ -37,16 +39,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from . import anomaly, forked, memory, txn_status
-from .partlog import PartitionLog
+from .history import values_at
+from .partlog import READ, PartitionLog
 
 ANOMALY = "anomaly"
 _S, _I = pa.string(), pa.int64()
 _FACT_COLUMNS = (("row", _S), ("txn2", _S), ("kind", _S), ("n1", _I), ("n2", _I),
                  ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I),
-                 ("witness_at", pa.list_(pa.struct([("index", _I), ("txn", _S), ("role", _S)]))))
+                 ("witness_at", pa.list_(pa.struct([("index", _I), ("txn", _S), ("value", _I),
+                                                    ("role", _S)]))))
 OUT_SCHEMA = pa.schema(list(anomaly.SCHEMA) + [pa.field(n, t) for n, t in _FACT_COLUMNS])
 _LONGS = {f.name for f in OUT_SCHEMA if f.type == _I}
 
@@ -107,27 +112,41 @@ def at_outcome(txn, role: str) -> list[dict]:
     return [] if txn is None or pd.isna(txn) else [{"txn": str(txn), "role": role}]
 
 
+def at_polls(value, txn, role: str) -> list[dict]:
+    """A row's `witness_at` naming, as `role`, the polls in transaction txn that
+    returned `value`, which the driver finds in the steps; none when either is
+    missing."""
+    if value is None or pd.isna(value) or txn is None or pd.isna(txn):
+        return []
+    return [{"value": int(value), "txn": str(txn), "role": role}]
+
+
 def plain_at(v) -> list[dict] | None:
-    """A `witness_at` cell as plain dicts, {index: int, role} or {txn: str, role}, from
-    a list or an Arrow array's to_pandas (a numpy array of dicts); None when missing."""
+    """A `witness_at` cell as plain dicts, {index: int, role}, {txn: str, role} or
+    {value: int, txn: str, role}, from a list or an Arrow array's to_pandas (a numpy
+    array of dicts); None when missing."""
     if v is None or isinstance(v, float) or v is pd.NA:
         return None
     out = []
     for w in v:
-        index, txn = w.get("index"), w.get("txn")
+        index, txn, value = w.get("index"), w.get("txn"), w.get("value")
         out.append({"index": int(index), "role": str(w["role"])} if index is not None
-                   else {"txn": str(txn), "role": str(w["role"])})
+                   else {"txn": str(txn), "role": str(w["role"])} if value is None
+                   else {"value": int(value), "txn": str(txn), "role": str(w["role"])})
     return out
 
 
-def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
+def _resolve(found: pd.DataFrame, directory, history=None) -> pd.DataFrame:
     """Each row's witness_at as witnesses: the op whose invoke or completion is that
-    event, or the ops that decided that transaction's outcome, read from the ops table
-    only when some row needs it."""
+    event, the ops that decided that transaction's outcome, or the polls in a
+    transaction that returned a value, read from the ops table, and the steps (or,
+    when they were not written, the `history` they came from), only when some row
+    needs them."""
     at = found["witness_at"]
     if not at.map(bool).any():
         return found
-    by_txn = any("txn" in a for extra in at if extra for a in extra)
+    named = [a for extra in at if extra for a in extra]
+    by_txn = any("txn" in a and "value" not in a for a in named)
     ops = read_frame(Path(directory) / "ops.parquet",
                      ["op", "invoke_index", "complete_index"]
                      + (["f", "type", "txn"] if by_txn else []))
@@ -135,8 +154,12 @@ def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
     op_of = dict(zip(ops["invoke_index"].astype("int64"), ops["op"].astype("int64")))
     op_of.update(zip(done["complete_index"].astype("int64"), done["op"].astype("int64")))
     decided = txn_status.deciding_ops(ops) if by_txn else {}
+    polls = _polls_of(directory, {(a["value"], a["txn"]) for a in named if "value" in a},
+                      history)
 
     def ops_at(a: dict) -> list:
+        if "value" in a:
+            return polls.get((a["value"], a["txn"]), [])
         return decided.get(a["txn"], []) if "txn" in a else [op_of.get(a["index"])]
 
     found = found.copy()
@@ -146,6 +169,39 @@ def _resolve(found: pd.DataFrame, directory) -> pd.DataFrame:
         if extra else ws
         for ws, extra in zip(found["witnesses"], at)]
     return found
+
+
+def _polls_of(directory, wanted: set[tuple[int, str]], history=None) -> dict[tuple, list]:
+    """(value, txn) -> the ops of the polls in transaction txn that returned value, in
+    op order, for each pair wanted. From the steps; when they were not written (a
+    check of the steps as they were made, store.convert_each), from the history: its
+    polls in those transactions (the ops table) and the records they returned."""
+    if not wanted:
+        return {}
+    out: dict[tuple, list] = {}
+    files = [f for f in _bucket_files(directory) if f.exists()]
+    if files:
+        steps = ds.dataset([str(f) for f in files], format="parquet")
+        reads = steps.to_table(columns=["value", "txn", "op"],
+                               filter=(ds.field("kind") == READ)
+                               & ds.field("value").isin(sorted({v for v, _ in wanted})))
+        found = {(r["value"], r["txn"], r["op"]) for r in reads.to_pylist()}
+    elif history is not None:
+        ops = read_frame(Path(directory) / "ops.parquet",
+                         ["op", "f", "txn", "complete_index"])
+        txns = {t for _, t in wanted}
+        ops = ops[((ops["f"] == "poll") & ops["txn"].isin(txns)).to_numpy(dtype=bool)
+                  & ops["complete_index"].notna().to_numpy(dtype=bool)]
+        done = values_at(history, ops["complete_index"].astype("int64"))
+        found = {(r.get("value"), txn, int(op))
+                 for op, txn, i in zip(ops["op"], ops["txn"], ops["complete_index"])
+                 for r in done.get(int(i), {}).get("records") or ()}
+    else:
+        return {}
+    for value, txn, op in sorted(found, key=lambda x: x[2]):
+        if (value, txn) in wanted:
+            out.setdefault((value, txn), []).append(op)
+    return out
 
 
 def anomalies(records: list[dict]) -> pd.DataFrame:
@@ -569,11 +625,12 @@ def _gathered(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return one if one.index.equals(pd.RangeIndex(len(one))) else one.reset_index(drop=True)
 
 
-def collect(tables, families, local: bool = False,
-            rows: list[Rows] | None = None) -> pd.DataFrame:
+def collect(tables, families, local: bool = False, rows: list[Rows] | None = None,
+            history=None) -> pd.DataFrame:
     """All anomalies the families find (anomaly.COLUMNS), as pandas on the driver; with
     local=True the per-partition pass runs in pandas here instead of on Spark, unless
-    it ran already: `rows`, bucket_rows of every bucket (store.convert_each)."""
+    it ran already: `rows`, bucket_rows of every bucket (store.convert_each), of the
+    steps of `history` (its JSONL), which names some witnesses then."""
     if rows is None and local:
         rows = local_pass(tables.dir, families)
     if rows is None:
@@ -593,7 +650,7 @@ def collect(tables, families, local: bool = False,
     last = [fam for fam in families if hasattr(fam, "from_ops") or hasattr(fam, "finish")]
     found = [a for a, _ in rows] + forked.each(finished, last, len(fact_rows))
     result = _gathered([f for f in found if f is not None])
-    result = _resolve(result, tables.dir)
+    result = _resolve(result, tables.dir, history)
     return result[list(anomaly.COLUMNS)].reset_index(drop=True)
 
 

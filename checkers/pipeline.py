@@ -96,14 +96,15 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     found = []
     for (topic, source), g in many.groupby(["topic", "a1"], sort=True):
         x = g.iloc[1]
+        txns = dict.fromkeys(g["txn"].dropna())
         found.append({
             "type": "duplicate_output", "severity": VIOLATION, "process": x["process"],
             "op": num(x["op"]), "topic": topic, "partition": num(x["partition"]),
             "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],
             "witnesses": witnesses(*((o, "output") for o in g["op"]),
                                    (input_writer.get(int(source)), "input writer")),
-            "witness_at": [a for t in dict.fromkeys(g["txn"].dropna())
-                           for a in engine.at_outcome(t, "commit")],
+            "witness_at": [*(a for t in txns for a in engine.at_outcome(t, "commit")),
+                           *(a for t in txns for a in engine.at_polls(source, t, "input poll"))],
             "detail": f"input value {num(source)} has {len(g)} committed outputs in {topic}: "
                       f"values {', '.join(str(num(v)) for v in g['value'])}"})
     return found

@@ -211,7 +211,8 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
         if not local:
             from .spark import session
             tables.spark = spark or session(spark_master)
-        found = engine.collect(tables, FAMILIES, local=local, rows=rows)
+        found = engine.collect(tables, FAMILIES, local=local, rows=rows,
+                               history=path if rows is not None else None)
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                               kind="stable")
     per_type: dict[str, int] = {}

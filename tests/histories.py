@@ -192,7 +192,7 @@ ROLE_OPS: dict[str, set[str]] = {
                      "expected writer", "candidate writer", "input writer", "later send",
                      "earlier send", "W1 send", "W2 send", "output"), _SEND),
     **dict.fromkeys(("reader", "final reader", "missing reader", "previous read",
-                     "offset reader"), _POLL),
+                     "offset reader", "input poll"), _POLL),
     "observer": _SEND | _POLL, "edge N source": _SEND | _POLL, "edge N target": _SEND | _POLL,
     "scan start": {"seek", "assign", "poll"}, "seek": {"seek", "assign"},
     "watermarks": {"watermarks"}, "commit": {"commit_txn"}, "abort": {"abort_txn", "commit_txn"},

@@ -205,7 +205,8 @@ def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
         "op": [1.0, np.nan, 3.0, 2.0 ** 40],
         "offset": pd.Series([5, None, 7, 2 ** 62 + 1], dtype=object),
         "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
-        "witness_at": [[{"index": 4, "role": "commit"}], None, [{"txn": "t0", "role": "abort"}], []],
+        "witness_at": [[{"index": 4, "role": "commit"}], None, [{"txn": "t0", "role": "abort"}],
+                       [{"value": 7, "txn": "t1", "role": "input poll"}]],
     })
     ours = engine._arrow(df)
     assert ours.schema == engine.OUT_SCHEMA
@@ -216,8 +217,9 @@ def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
         "op": [1, None, 3, 2 ** 40],
         "offset": [5, None, 7, 2 ** 62 + 1],
         "witnesses": [[{"op": 1, "role": "writer"}], None, [], [{"op": 2, "role": "reader"}]],
-        "witness_at": [[{"index": 4, "txn": None, "role": "commit"}], None,
-                       [{"index": None, "txn": "t0", "role": "abort"}], []],
+        "witness_at": [[{"index": 4, "txn": None, "value": None, "role": "commit"}], None,
+                       [{"index": None, "txn": "t0", "value": None, "role": "abort"}],
+                       [{"index": None, "txn": "t1", "value": 7, "role": "input poll"}]],
     }
     for name, values in expected.items():
         assert ours[name].to_pylist() == values, name
@@ -251,9 +253,11 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     assert len(rows) > 1 and stats["steps"] == tables.stats["steps"]
     assert not (tmp_path / "each" / "steps.parquet").exists()
     fused = engine.collect(Tables(tmp_path / "each", None, stats), FAMILIES, local=True,
-                           rows=rows)
+                           rows=rows, history=sink)
     assert set(fused["type"]) == set(TYPES)
     assert _rows(fused) == _rows(in_one)
+    roles = {w["role"] for ws in fused["witnesses"] for w in ws}
+    assert "input poll" in roles  # named from the history, as from the steps
     assert check(sink).counts == check(tmp_path / "tables").counts  # local by default
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from onceproof.checkers import Verdict
 from tests.histories import RC, RU, History, assert_witnessed, example, verdict, witnessed
 
@@ -133,23 +135,32 @@ def test_poll_skip_after_a_seek_names_the_seek(tmp_path):
     assert witnessed(ex) == {(after, "reader"), (seek, "seek"), (skipped, "skipped writer")}
 
 
-def test_duplicate_output_names_every_committed_output_its_commit_and_the_input(tmp_path):
+@pytest.mark.parametrize("offsets_sent", [True, False])
+def test_duplicate_output_names_every_committed_output_its_commit_and_the_input(
+        tmp_path, offsets_sent):
+    """The polls that returned the input in each output's transaction; the input's
+    writer when a committed send_offsets went past the input."""
     h = History(tmp_path / "h.jsonl")
     source = h.send("p0", [(0, 1, 0)], topic="in")
-    outputs, commits = [], []
+    h.send("p0", [(0, 2, 1)], topic="in")
+    outputs, commits, polls = [], [], []
     for proc, txn in (("pp", "T1"), ("pq", "T2")):
+        h.poll(proc, [(0, 0, 1)], topic="in")  # outside the transaction: not its poll
         h.begin(proc, txn)
-        h.poll(proc, [(0, 0, 1)], txn=txn, topic="in")
+        polls.append(h.poll(proc, [(0, 0, 1)], txn=txn, topic="in"))
+        h.poll(proc, [(0, 1, 2)], txn=txn, topic="in")  # another input: not this one's
         outputs.append(h.send(proc, [(0, 100 + len(outputs))], txn=txn, topic="out",
                               sources=[1]))
-        h.send_offsets(proc, txn, "g", [(0, 1)], topic="in")
+        if offsets_sent:
+            h.send_offsets(proc, txn, "g", [(0, 1)], topic="in")
         if txn == "T2":  # a commit that may have applied, then the one that did
             h.commit(proc, txn, type="info")
         commits.append(h.commit(proc, txn))
     ex = example(verdict(h), "duplicate_output", op=outputs[1])
     assert witnessed(ex) == {(outputs[0], "output"), (outputs[1], "output"),
                              (commits[0], "commit"), (commits[1], "commit"),
-                             (source, "input writer")}
+                             (polls[0], "input poll"), (polls[1], "input poll")} | (
+                                 {(source, "input writer")} if offsets_sent else set())
     assert_witnessed(ex)
 
 
