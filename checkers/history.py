@@ -907,9 +907,10 @@ def _line_starts(data, cut: int) -> np.ndarray:
         nl = np.flatnonzero(a == _NEWLINE)
         newlines.append(nl + lo)
         # The first byte of each line (a newline, for an empty one) that begins here.
-        begins.append(a[:1] if lo == 0 else np.empty(0, np.uint8))
+        if lo == 0:
+            begins.append(a[:1])
         begins.append(a[nl[nl + 1 < len(a)] + 1])
-        if len(nl) and nl[-1] == len(a) - 1 and lo + len(a) < cut:
+        if len(nl) and nl[-1] == len(a) - 1 and lo + len(a) < cut:  # one begins the next
             begins.append(np.frombuffer(data[lo + len(a):lo + len(a) + 1], np.uint8))
     nl = np.concatenate(newlines) if newlines else np.empty(0, np.int64)
     starts = np.r_[0, nl + 1].astype(np.int64)
@@ -918,8 +919,7 @@ def _line_starts(data, cut: int) -> np.ndarray:
     # A blank line is empty or begins with whitespace; only those are looked at.
     maybe = np.flatnonzero(ends == starts)
     lead = np.flatnonzero(np.isin(first, _WHITESPACE))
-    blank = [i for i in np.union1d(maybe, lead[lead < len(starts)])
-             if not data[starts[i]:ends[i]].strip()]
+    blank = [i for i in np.union1d(maybe, lead) if not data[starts[i]:ends[i]].strip()]
     return np.delete(starts, blank)
 
 

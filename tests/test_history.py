@@ -257,7 +257,6 @@ def test_a_blank_line_does_not_hide_a_line_of_two_events(tmp_path, monkeypatch, 
 
 def test_line_starts_skip_blank_lines_of_any_length_in_any_chunk(monkeypatch):
     from onceproof.checkers import history
-    monkeypatch.setattr(history, "_CHUNK", 7)
     text = b'{"a":1}\n\n   \n{"b":2}\n' + b" " * 20 + b'\n\t{"c":3}\n{"d":4}'
     expected = [i for i, line in enumerate(text.split(b"\n")) if line.strip()]
     starts = [0] + [i + 1 for i, c in enumerate(text) if c == ord("\n")]
