@@ -147,15 +147,15 @@ def _resolve(found: pd.DataFrame, directory, history=None) -> pd.DataFrame:
         return found
     named = [a for extra in at if extra for a in extra]
     by_txn = any("txn" in a and "value" not in a for a in named)
+    by_value = {(a["value"], a["txn"]) for a in named if "value" in a}
     ops = read_frame(Path(directory) / "ops.parquet",
                      ["op", "invoke_index", "complete_index"]
-                     + (["f", "type", "txn"] if by_txn else []))
+                     + (["f", "type", "txn"] if by_txn or by_value else []))
     done = ops[ops["complete_index"].notna()]
     op_of = dict(zip(ops["invoke_index"].astype("int64"), ops["op"].astype("int64")))
     op_of.update(zip(done["complete_index"].astype("int64"), done["op"].astype("int64")))
     decided = txn_status.deciding_ops(ops) if by_txn else {}
-    polls = _polls_of(directory, {(a["value"], a["txn"]) for a in named if "value" in a},
-                      history)
+    polls = _polls_of(directory, by_value, ops, history)
 
     def ops_at(a: dict) -> list:
         if "value" in a:
@@ -171,11 +171,13 @@ def _resolve(found: pd.DataFrame, directory, history=None) -> pd.DataFrame:
     return found
 
 
-def _polls_of(directory, wanted: set[tuple[int, str]], history=None) -> dict[tuple, list]:
+def _polls_of(directory, wanted: set[tuple[int, str]], ops: pd.DataFrame,
+              history=None) -> dict[tuple, list]:
     """(value, txn) -> the ops of the polls in transaction txn that returned value, in
     op order, for each pair wanted. From the steps; when they were not written (a
     check of the steps as they were made, store.convert_each), from the history: its
-    polls in those transactions (the ops table) and the records they returned."""
+    polls in those transactions (`ops`: at least op, f, txn, complete_index) and the
+    records they returned."""
     if not wanted:
         return {}
     out: dict[tuple, list] = {}
@@ -187,8 +189,6 @@ def _polls_of(directory, wanted: set[tuple[int, str]], history=None) -> dict[tup
                                & ds.field("value").isin(sorted({v for v, _ in wanted})))
         found = {(r["value"], r["txn"], r["op"]) for r in reads.to_pylist()}
     elif history is not None:
-        ops = read_frame(Path(directory) / "ops.parquet",
-                         ["op", "f", "txn", "complete_index"])
         txns = {t for _, t in wanted}
         ops = ops[((ops["f"] == "poll") & ops["txn"].isin(txns)).to_numpy(dtype=bool)
                   & ops["complete_index"].notna().to_numpy(dtype=bool)]
