@@ -231,9 +231,11 @@ REGISTRY: tuple[Anomaly, ...] = (
        record of W2 precedes a record of W1 there. W2 may also be a send outside any
        transaction that ended in info (or never completed) whose record a read found: it
        was appended, after its invoke. Two sends of one process are left to
-       nonmonotonic_send. A send counts only at offsets known from its ack or a read and
-       still held by it: no read returned another value there, and no reader went over
-       it without returning it.""",
+       nonmonotonic_send. A record counts only where the log still holds it: no read
+       returned another value at its offset, and no reader went over it without
+       returning it (for a send outside transactions, at an offset known from its ack or
+       a read). A transaction proven committed only by reads made before its first
+       commit_txn was invoked has no known time of commit, so it is no W1.""",
        _w(**_AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
           detail="names W1"),
        roles={"W2 send": "W2's send of its record below W1's (`op`)",

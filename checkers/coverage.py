@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .partlog import NONE, PartitionLog, equals
+from .partlog import PartitionLog, equals
 from .tables import COMMITTED, READ_COMMITTED
 
 
@@ -56,14 +56,14 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
     out["offset"], out["lo"], out["hi"] = known, lo, hi
 
     r = pl.reads
-    values = w["value"].to_numpy(dtype=np.int64, na_value=NONE)
+    has_value = w["value"].notna().to_numpy(dtype=bool)
     distinct, which, at = pl.value_matches
     matched = at >= 0
 
     def seen(mask):
         hit = np.zeros(len(distinct), dtype=bool)
         hit[at[matched & mask]] = True
-        return hit[which] & (values != NONE)
+        return hit[which] & has_value
     seen_any = out["seen_any"] = seen(np.ones(len(r), dtype=bool))
     out["seen_rc"] = seen(pl.read_committed)
     seen_final = out["seen_final"] = seen(r["final"].to_numpy(dtype=bool, na_value=False))
@@ -103,3 +103,15 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
 def of(pl: PartitionLog) -> pd.DataFrame:
     """The partition's annotated writes (see annotate), computed once."""
     return pl.memo("coverage", lambda: annotate(pl))
+
+
+def held(pl: PartitionLog) -> np.ndarray:
+    """Which writes the log still holds where the history places them: no reader's scan
+    surely went over one without returning it (lost_write), and no read returned
+    another value at its known offset (inconsistent_offset). A record a failover
+    truncated (acks=1), its offset reused, orders nothing: those types report it."""
+    cov = of(pl)
+    passed = cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)
+    return ~passed & pl.holds(cov["offset"].to_numpy(dtype=float),
+                              cov["value"].to_numpy(dtype=np.int64, na_value=0))
+

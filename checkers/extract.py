@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow import explode
-from .history import EVENT
+from .history import EVENT, NEMESIS
 from .spool import PollSpool
 
 # The lists of `value` kept as tables: name -> (the fs, the event type, the field).
@@ -24,8 +24,10 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "acked": (("send",), "ok", "records"),
     "asked": (("send",), "invoke", "records"),
     "sought": (("seek",), "invoke", "positions"),
+    "resolved": (("seek",), "ok", "positions"),
     "assigned": (("assign",), "invoke", "partitions"),
     "kept": (("assign",), "invoke", "kept"),
+    "kept_ok": (("assign",), "ok", "kept"),
     "started": (("assign",), "ok", "partitions"),
     "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
     "fetched": (("fetch_offsets",), "ok", "offsets"),
@@ -81,7 +83,14 @@ class Extract:
         sends = pa.array(masks["asked"])
         counts = pc.list_value_length(pc.struct_field(value, "records")).fill_null(0)
         columns = [batch.column(n) for n in SCALARS.names if n in EVENT.names]
-        columns += [pc.struct_field(value, n) for n in _SCALAR_VALUES]
+        # A fault's parameters are no client call's (reset_peer's timeout_ms is how
+        # much data passes first): the per-line reader leaves them out too.
+        client = pc.fill_null(pc.not_equal(batch.column("process"), NEMESIS), True)
+        faults = not pc.all(client).as_py()
+        for n in _SCALAR_VALUES:
+            col = pc.struct_field(value, n)
+            columns.append(pc.if_else(client, col, pa.nulls(len(batch), col.type))
+                           if faults else col)
         columns.append(pc.if_else(sends, counts.cast(pa.int64()), pa.nulls(len(batch), pa.int64())))
         return pa.RecordBatch.from_arrays(columns, schema=SCALARS)
 

@@ -61,7 +61,9 @@ def _evidence(writes: pa.Table, n_reads: int, offsets: pa.Table) -> dict[str, in
     # Counted in Arrow: as numpy, a status column is millions of Python strings.
     acknowledged = equal_to(writes.column("type"), "ok")
     outcome = offsets.column("outcome")
-    observed = pc.or_(equal_to(outcome, COMMITTED), equal_to(outcome, "fetched"))
+    # A fetch that found nothing committed (offset null) observed no offset.
+    fetched = pc.and_(equal_to(outcome, "fetched"), pc.is_valid(offsets.column("offset")))
+    observed = pc.or_(equal_to(outcome, COMMITTED), fetched)
     return {"writes": int(pc.sum(acknowledged).as_py() or 0), "records_read": int(n_reads),
             "offsets": int(pc.sum(observed).as_py() or 0)}
 
@@ -194,7 +196,10 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
     (an incremental assignment keeps the positions of partitions that stay) and those
     whose start its ok names (an `offset`: a seek there). An assign that keeps a
     partition it does not assign contradicts itself: refused."""
-    kept = lists.table("kept").to_pandas(types_mapper=nullable)
+    # `kept` is the ok's (docs/history.md); a writer may have put it on the invoke.
+    kept = concat_frames([lists.table(name).to_pandas(types_mapper=nullable)
+                          for name in ("kept", "kept_ok")]).drop_duplicates(
+        ["op", "topic", "partition"])
     assigned = lists.table("assigned").select(["op", "topic", "partition"])
     stray = kept.merge(assigned.to_pandas(types_mapper=nullable).assign(_in=True),
                        on=["op", "topic", "partition"], how="left")
@@ -204,13 +209,18 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
         raise HistoryError(f"{path}: assign op {x['op']} keeps {x['topic']}/{x['partition']}, "
                            "which it does not assign; `kept` lists partitions that stay "
                            "assigned (docs/history.md)")
-    sought = lists.table("sought").to_pandas(types_mapper=nullable)
+    sought = _sought(lists)
     of_op = _op_frame(ops_t, ops_index, sought["op"],
                       ["process", "type", "invoke_index", "complete_index"])
     sought = pd.concat([sought, of_op], axis=1)
-    seeks = sought[sought["type"] == "ok"].assign(kind="seek", cause="seek")
-    lost = sought[sought["type"] == "info"].assign(kind="reset", cause="info")
-    lost["offset"] = null_ints(len(lost))
+    # A seek whose position is not known, or that ended in info (it may or may not
+    # have moved the consumer), leaves the position unknown: a reset, caused by a seek,
+    # that keeps the offset it asked for (an info seek may have rewound).
+    ok = (sought["type"] == "ok").to_numpy(dtype=bool)
+    at = sought["offset"].notna().to_numpy(dtype=bool)
+    seeks = sought[ok & at].assign(kind="seek", cause="seek")
+    lost = sought[(sought["type"] == "info").to_numpy(dtype=bool) | (ok & ~at)].assign(
+        kind="reset", cause="seek")
     # An assign that says where the consumer starts in a partition is a seek there.
     started = lists.table("started").select(["op", "topic", "partition", "offset"])
     started = started.filter(pc.is_valid(started.column("offset"))).to_pandas(types_mapper=nullable)
@@ -241,6 +251,22 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
                     or [empty_frame("positions")],
                     ignore_index=True)
     return out.sort_values("invoke_index", kind="stable", ignore_index=True)
+
+
+def _sought(lists: Extract) -> pd.DataFrame:
+    """op, rec, topic, partition, offset of each position a seek asked for, as its ok
+    resolved it: the ok's positions where it lists some (an offset it leaves null is
+    the invoke's for that partition), else the invoke's."""
+    asked = lists.table("sought").to_pandas(types_mapper=nullable)
+    resolved = lists.table("resolved").to_pandas(types_mapper=nullable)
+    if not len(resolved):
+        return asked
+    key = ["op", "topic", "partition"]
+    resolved = resolved.merge(asked[key + ["offset"]].drop_duplicates(key).rename(
+        columns={"offset": "_asked"}), on=key, how="left")
+    resolved["offset"] = resolved["offset"].fillna(resolved["_asked"])
+    rest = asked[~asked["op"].isin(resolved["op"]).to_numpy(dtype=bool)]
+    return concat_frames([resolved.drop(columns="_asked"), rest])
 
 
 def _offset_rows(lists: Extract, ops_t, ops_index) -> dict:

@@ -70,7 +70,10 @@ class _Seeks:
     def of(self, process):
         if self._by is None:
             pos = self._positions
-            seek = np.flatnonzero(equals(pos["type"], "seek"))
+            # A rewind asked for: a seek, or one that ended in info or whose position
+            # is unknown (a reset caused by a seek; it may have gone anywhere asked).
+            seek = np.flatnonzero(equals(pos["type"], "seek")
+                                  | (equals(pos["type"], "reset") & equals(pos["status"], "seek")))
             code, procs = pd.factorize(pos["process"].to_numpy(dtype=object)[seek])
             order = np.argsort(code, kind="stable")
             bounds = np.searchsorted(code[order], np.arange(len(procs) + 1))
@@ -79,7 +82,9 @@ class _Seeks:
             return None
         rows = self._by[process]
         at = self._positions["invoke_index"].array[rows].to_numpy(dtype=np.int64)
-        off = self._positions["offset"].array[rows].to_numpy(dtype=np.int64)
+        # An offset not known explains any regression: the consumer may be anywhere.
+        off = self._positions["offset"].array[rows].to_numpy(dtype=np.int64,
+                                                             na_value=np.iinfo(np.int64).min)
         # Ties in invoke_index fall in or out of a window together, so their order does
         # not change any window's minimum.
         order = np.argsort(at, kind="stable")

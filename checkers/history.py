@@ -19,6 +19,7 @@ rejection names a line.
 """
 from __future__ import annotations
 
+import codecs
 import io
 import itertools
 import json
@@ -466,6 +467,10 @@ def read_events(path: str | os.PathLike) -> list[dict]:
             where = f"{path}:{lineno}"
             try:
                 event = json.loads(text)
+            except UnicodeDecodeError as exc:
+                raise HistoryError(f"{where}: not UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start} of the line); a history is UTF-8 JSON "
+                                   "(docs/history.md)") from None
             except ValueError as exc:
                 raise HistoryError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)}); "
                                    "only a last line without its newline can be a write "
@@ -549,10 +554,11 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
             source = _Scanned(fh, 0, cut, hits)
             kept = [take(_conform(batch)) for batch in _ahead(_reader(source, block))]
         return _one_per_line(pa.Table.from_batches(kept, schema=schema), path, cut,
-                             source.newlines, source.blank)
+                             source.newlines, source.blank, source.high)
     parts: list[list[pa.RecordBatch]] = [[] for _ in ranges]
     newlines = [0] * len(ranges)
     blank = [False] * len(ranges)
+    high = [False] * len(ranges)
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -565,7 +571,7 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
                     if stop.is_set():
                         return
                     parts[i].append(take(_conform(batch)))
-                newlines[i], blank[i] = source.newlines, source.blank
+                newlines[i], blank[i], high[i] = source.newlines, source.blank, source.high
         except BaseException as exc:
             errors.append(exc)
             stop.set()
@@ -584,15 +590,20 @@ def _parse(path: Path, cut: int, take, schema: pa.Schema, hits: list[int],
         raise errors[0]
     return _one_per_line(pa.Table.from_batches([b for part in parts for b in part],
                                                 schema=schema), path, cut, sum(newlines),
-                         any(blank))
+                         any(blank), any(high))
 
 
 def _one_per_line(table: pa.Table, path: Path, cut: int, newlines: int,
-                  blank: bool) -> pa.Table:
-    """The table, if it has one row per line of the first `cut` bytes that is not blank;
-    else ArrowInvalid. pyarrow's parse reads events with no newline between them as
-    rows of their own, where the per-line reader refuses their line. `blank`: some
-    line may be blank (_Scanned)."""
+                  blank: bool, high: bool) -> pa.Table:
+    """The table, if it has one row per line of the first `cut` bytes that is not blank,
+    and those bytes are UTF-8; else ArrowInvalid. pyarrow's parse reads events with no
+    newline between them as rows of their own, where the per-line reader refuses their
+    line. `blank`: some line may be blank; `high`: some byte is not ASCII (_Scanned).
+    The parse checks the UTF-8 of the fields it keeps only (_conform), not of a
+    fault's parameters or of fields no check reads, which the per-line reader refuses
+    too."""
+    if high:
+        _utf8(path, cut)
     with _Mapped(path) as data:
         lines = newlines + (data[cut - 1:cut] != b"\n")
         # With no blank line, the lines are counted already. Else the blank ones are
@@ -600,6 +611,22 @@ def _one_per_line(table: pa.Table, path: Path, cut: int, newlines: int,
         if (blank or table.num_rows != lines) and table.num_rows != len(_line_starts(data, cut)):
             raise pa.ArrowInvalid("a line holds more than one event")
     return table
+
+
+def _utf8(path: Path, cut: int) -> None:
+    """ArrowInvalid unless the first `cut` bytes of the file are UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as fh:
+        left = cut
+        while left > 0:
+            chunk = fh.read(min(_BLOCK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            try:
+                decoder.decode(chunk, final=left <= 0)
+            except UnicodeDecodeError as exc:
+                raise pa.ArrowInvalid(f"not UTF-8: {exc}") from None
 
 
 def _reader(source, block: int):
@@ -685,6 +712,7 @@ class _Scanned(io.RawIOBase):
         # then can a blank line hide a line of two events from the count of lines.
         self.blank = False
         self._line_begins = True  # the next byte read begins a line
+        self.high = False  # some byte is not ASCII: the UTF-8 is checked then
 
     def readable(self) -> bool:
         return True
@@ -720,6 +748,8 @@ class _Scanned(io.RawIOBase):
             self.blank = bool((self._line_begins and a[0] in _WHITESPACE)
                               or np.isin(begins, _WHITESPACE).any())
         self._line_begins = bool(a[-1] == _NEWLINE)
+        if not self.high:
+            self.high = bool(a.max() >= 0x80)
 
     def readinto(self, buffer) -> int:
         data = self.read(len(buffer))

@@ -77,9 +77,12 @@ def torn_facts(pl: PartitionLog) -> pd.DataFrame:
     it) as examples."""
     cov = coverage.of(pl)
     keep = (cov["txn"].notna().to_numpy(dtype=bool)
-            & equals(cov["txn_outcome"], COMMITTED, UNKNOWN) & equals(cov["type"], "ok"))
-    seen = cov["seen_rc"].to_numpy(dtype=bool)
-    missing = ~seen & cov["cov_rc"].to_numpy(dtype=bool)
+            & equals(cov["txn_outcome"], COMMITTED, UNKNOWN))
+    # A write was appended when its send was ok, or when a read returned it from a send
+    # that did not fail (one that ended in info); only an ok one is missed for sure.
+    ok = equals(cov["type"], "ok")
+    seen = cov["seen_rc"].to_numpy(dtype=bool) & ~equals(cov["type"], "fail")
+    missing = ok & ~seen & cov["cov_rc"].to_numpy(dtype=bool)
     keep &= seen | missing
     if not keep.any():
         return engine.facts(TORN_FACT, pd.DataFrame())

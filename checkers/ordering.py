@@ -107,37 +107,21 @@ def _missing_last(a: pd.api.extensions.ExtensionArray) -> np.ndarray:
 _NEVER_DONE = np.iinfo(np.int64).max
 
 
-def _plain_senders(pl: PartitionLog, check_reads: bool) -> pd.DataFrame:
+def _plain_senders(pl: PartitionLog) -> pd.DataFrame:
     """Sends outside transactions as writers (one row per send op, columns _COLS): those
     acknowledged, and those that ended in info (or never completed) whose record a read
-    found, from the records whose offset is known and still held by them: no reader
-    went over it without returning it (lost_write) and, with check_reads, no read
-    returned another value at that offset (inconsistent_offset). A record acknowledged
-    with acks=1 and then truncated by a failover may have its offset reused below or
-    above later appends; those types report it, so it orders nothing here. A send of
-    unknown outcome may have been appended at any time after its invoke: it is a later
-    writer (W2) only, never done before another began."""
+    found, from the records whose offset is known and still held by them
+    (coverage.held). A send of unknown outcome may have been appended at any time
+    after its invoke: it is a later writer (W2) only, never done before another
+    began."""
     cov = coverage.of(pl)
     off = cov["offset"].to_numpy(dtype=float)
     acked = (equals(cov["status"], COMMITTED)
              & cov["complete_index"].notna().to_numpy(dtype=bool))
     found = equals(cov["status"], UNKNOWN) & cov["seen_any"].to_numpy(dtype=bool)
-    keep = ((acked | found)
-            & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
-            & ~(cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)))
-    if check_reads and keep.any():
-        r = pl.reads
-        r = r[r["offset"].notna().to_numpy(dtype=bool) & r["value"].notna().to_numpy(dtype=bool)]
-        if len(r):
-            g = r.groupby("offset")["value"]
-            lo_v, hi_v = g.min(), g.max()
-            at = pd.Index(lo_v.index.to_numpy(dtype=float)).get_indexer(off)
-            vals = cov["value"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
-            ok = at < 0
-            seen = np.flatnonzero(~ok)
-            ok[seen] = ((lo_v.to_numpy(dtype=np.int64)[at[seen]] == vals[seen])
-                        & (hi_v.to_numpy(dtype=np.int64)[at[seen]] == vals[seen]))
-            keep &= ok
+    keep = (acked | found) & cov["txn"].isna().to_numpy(dtype=bool) & ~np.isnan(off)
+    if keep.any():
+        keep &= coverage.held(pl)
     c = cov[keep]
     if c.empty:
         return pd.DataFrame(columns=_COLS)
@@ -194,16 +178,12 @@ def commit_orders(pl: PartitionLog) -> list[dict]:
     some record of W1 in that partition. An acknowledged append is in the log before
     its ack, and the log of a partition is totally ordered, so W2's records land after
     all of W1's: the log contradicts real time. Two sends of one process are left to
-    nonmonotonic_send. A send's records count only at offsets known (from its ack or a
-    read) and still held by it: a record truncated by a failover (acks=1) and its offset
-    reused is a lost_write or inconsistent_offset instead."""
+    nonmonotonic_send. A record counts only where it is still held (coverage.held; for
+    a send, at an offset known from its ack or a read): a record truncated by a failover
+    (acks=1) and its offset reused is a lost_write or inconsistent_offset instead."""
     t = spans.writers(pl) if pl.has_txn_writes else pd.DataFrame(columns=_COLS)
     t = t[t["t_begin"].notna() & t["t_done"].notna() & t["sure_lo"].notna()][_COLS]
-    # Reads contradicting a send's offset are looked for only when something is found
-    # without them (rare): dropping writers can only drop reports.
-    found = _violations(t, _plain_senders(pl, check_reads=False))
-    if found is not None and len(pl.reads):
-        found = _violations(t, _plain_senders(pl, check_reads=True))
+    found = _violations(t, _plain_senders(pl))
     if found is None:
         return []
     w, top_arg, rows = found

@@ -285,7 +285,7 @@ class PartitionLog:
         return self._read_log[1]
 
     @cached_property
-    def _read_log(self) -> tuple[pd.DataFrame, np.ndarray]:
+    def _read_log(self) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
         r = self.reads[["offset", "value", "vis"]].dropna(subset=["offset"])
         missing = r["value"].isna().to_numpy()
         first = first_of_each(r["offset"].to_numpy(dtype=np.int64),
@@ -294,8 +294,36 @@ class PartitionLog:
         r, missing = r[first], missing[first]
         single = ~r["offset"].duplicated(keep=False).to_numpy()
         log = r[single & ~missing].sort_values("offset")
+        contested = np.unique(r["offset"].to_numpy(dtype=np.int64)[~single])
         # The reads are numbered 0.. (__init__), so their labels are their places.
-        return log.reset_index(drop=True), log.index.to_numpy()
+        return log.reset_index(drop=True), log.index.to_numpy(), contested
+
+    @property
+    def contested_offsets(self) -> np.ndarray:
+        """The offsets reads saw holding two or more values, sorted."""
+        return self._read_log[2]
+
+    def holds(self, offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Whether what reads saw at each offset (float, NaN: not known) agrees with
+        its value: no read there, or every read there returned that value."""
+        out = np.isnan(offsets)
+        at = np.flatnonzero(~out)
+        if not len(at):
+            return out
+        o = offsets[at].astype(np.int64)
+        c = self.contested_offsets
+        log = self.read_log
+        lo = log["offset"].to_numpy(dtype=np.int64)
+        i = np.searchsorted(lo, o)
+        read = (i < len(lo)) & (lo[np.minimum(i, max(len(lo) - 1, 0))] == o) if len(lo) \
+            else np.zeros(len(o), dtype=bool)
+        same = np.zeros(len(o), dtype=bool)
+        same[read] = log["value"].to_numpy(dtype=np.int64)[i[read]] == values[at][read]
+        j = np.searchsorted(c, o)
+        contested = (j < len(c)) & (c[np.minimum(j, max(len(c) - 1, 0))] == o) if len(c) \
+            else np.zeros(len(o), dtype=bool)
+        out[at] = ~contested & (~read | same)
+        return out
 
     @cached_property
     def _visible(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -361,6 +389,12 @@ class PartitionLog:
         # of isolation or of the final flag between two reads.
         new_run = (rcode != prev_code) | (~pos_before & (
             np.r_[True, iso[1:] != iso[:-1]] | np.r_[True, fin[1:] != fin[:-1]]))
+        # Reads of unknown offset (null: docs/history.md) say nothing of where a run
+        # went: the read after one starts a run of its own, at an unknown position (it
+        # may have returned what a gap around it holds).
+        known = ~r["offset"].isna().to_numpy(dtype=bool)[r_order]
+        if not known.all():
+            new_run[1:] |= ~known[:-1] & (rcode[1:] == rcode[:-1])
         # Plus how many positions come at or before each read (counted, not searched).
         run = np.cumsum(new_run) + np.cumsum(np.bincount(ins, minlength=nr + 1))[:nr]
         # A read's run began at a position when a gap with positions comes after its
@@ -376,10 +410,7 @@ class PartitionLog:
         gap_start_op[:nr][pos_before] = np.where(
             seek[head], p["op"].to_numpy(dtype=float, na_value=np.nan)[p_order][head], np.nan)
         gap = np.where(last_gap > last_new, last_gap, nr)
-        # Reads of unknown offset (null: docs/history.md) say nothing of where a run
-        # went; they count above only for where runs begin.
         offset = r["offset"].to_numpy(dtype=np.int64, na_value=-1)
-        known = ~r["offset"].isna().to_numpy(dtype=bool)[r_order]
         keep = slice(None) if known.all() else known
         at = r_order[keep]
         retracted = equals(r["txn_outcome"], ABORTED)
@@ -448,7 +479,12 @@ class PartitionLog:
         values = self.writes["value"].to_numpy(dtype=np.int64, na_value=NONE)
         distinct, which = np.unique(values, return_inverse=True)
         read = self.reads["value"].to_numpy(dtype=np.int64, na_value=NONE)
-        return distinct, which, pd.Index(distinct).get_indexer(read)
+        at = pd.Index(distinct).get_indexer(read)
+        # NONE is a value a history may hold too (the least int64): a missing one is
+        # matched by its mask, not by it.
+        if self.reads["value"].hasnans:
+            at[self.reads["value"].isna().to_numpy(dtype=bool)] = -1
+        return distinct, which, at
 
     @cached_property
     def write_bounds(self) -> pd.DataFrame:

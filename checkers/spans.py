@@ -24,7 +24,11 @@ def writers(pl: PartitionLog) -> pd.DataFrame:
     t_begin, t_done; sorted by lo."""
     def build():
         cov = coverage.of(pl)
-        w = cov[equals(cov["status"], COMMITTED) & cov["txn"].notna().to_numpy(dtype=bool)]
+        mine = equals(cov["status"], COMMITTED) & cov["txn"].notna().to_numpy(dtype=bool)
+        if mine.any():
+            # A record lost or overwritten says nothing of where the transaction sits.
+            mine &= coverage.held(pl)
+        w = cov[mine]
         w = w[["txn", "process", "lo", "hi", "op", "invoke_index", "complete_index",
                "t_begin", "t_done"]].copy()
         cols = ["txn", "process", "lo", "hi", "sure_lo", "sure_hi", "lo_op", "lo_inv",

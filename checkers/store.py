@@ -21,7 +21,7 @@ from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 5
+FORMAT = 6
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
 T = TypeVar("T")
 
@@ -104,13 +104,22 @@ def read_manifest(directory: str | Path) -> dict:
     directory = Path(directory)
     if not is_converted(directory):
         raise HistoryError(f"{directory}: no {MANIFEST}; convert the JSONL history first")
-    manifest = json.loads((directory / MANIFEST).read_text())
-    if manifest.get("format") != FORMAT:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (ValueError, OSError) as exc:
+        raise HistoryError(f"{directory / MANIFEST}: not readable as JSON ({exc}); "
+                           "convert the JSONL again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        manifest = manifest if isinstance(manifest, dict) else {}
         raise HistoryError(f"{directory}: Parquet tables of format {manifest.get('format')}, "
                            f"this onceproof reads format {FORMAT}; convert the JSONL again")
     for name in TABLES:
         if not (directory / f"{name}.parquet").exists():
             raise HistoryError(f"{directory}: missing {name}.parquet; convert the JSONL again")
+    stats = manifest.get("stats")
+    if not isinstance(stats, dict) or not isinstance(stats.get("evidence"), dict):
+        raise HistoryError(f"{directory / MANIFEST}: no evidence in its stats; convert the "
+                           "JSONL again")
     return manifest
 
 

@@ -142,9 +142,10 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
     A read_committed reader sees a transaction's records only after its commit marker,
     so a read_committed poll returning a record of a transaction of unknown outcome (its
     value, in the partition a send that did not fail wrote it to) proves it committed.
-    Its commit_complete_index becomes the completion of the first such poll, by when it
-    surely had committed. Aborted transactions stay aborted (a read of one is an
-    aborted_read)."""
+    Its commit_complete_index becomes the completion of the first such poll that
+    completed after its first commit_txn was invoked, by when it surely had committed
+    (none when every such poll came before: they are precommitted reads). Aborted
+    transactions stay aborted (a read of one is an aborted_read)."""
     unknown = (txns["outcome"] == UNKNOWN).to_numpy(dtype=bool)
     w = written.writes
     if not unknown.any() or not polls.blocks or not w.num_rows:
@@ -188,7 +189,13 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
         return txns
     rows = pa.array(np.concatenate([r for r, _ in proofs]), type=pa.int64())
     txn = w.column("txn").take(rows).to_numpy(zero_copy_only=False)
-    first = pd.Series(np.concatenate([d for _, d in proofs])).groupby(txn).min()
+    done = np.concatenate([d for _, d in proofs])
+    # A poll that completed before the first commit_txn was invoked proves the
+    # commit (and is a precommitted_read) but not when it was: no bound then.
+    commit_inv = txns.set_index("txn")["commit_invoke_index"]
+    began = pd.Index(txn).map(commit_inv).to_numpy(dtype=float, na_value=np.nan)
+    bound = pd.Series(np.where(done > np.nan_to_num(began, nan=-1), done, never))
+    first = bound.groupby(txn).min()
     txns = txns.copy()
     proven = txns["txn"].isin(first.index).to_numpy(dtype=bool)
     txns.loc[proven, "outcome"] = COMMITTED

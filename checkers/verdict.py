@@ -140,10 +140,8 @@ def describe_tested(tested: dict) -> str:
 def missing_evidence(stats: dict) -> str | None:
     """What the history lacks for a verdict, or None when it has evidence: a write
     acknowledged, a record read, or an offset committed or fetched."""
-    evidence = stats.get("evidence")
-    if evidence is None:  # tables converted before stats held it: judge by their counts
-        evidence = {"writes": stats.get("writes", 0), "records_read": stats.get("reads", 0)}
-    if any(evidence.values()):
+    # Tables converted before their stats held it are refused (store.read_manifest).
+    if any((stats.get("evidence") or {}).values()):
         return None
     return ("no write acknowledged, no record read and no offset committed or fetched "
             "(an op that ended in info may or may not have happened): nothing to judge "

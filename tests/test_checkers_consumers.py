@@ -436,3 +436,74 @@ def test_fetches_judged_all_at_once_as_one_by_one(tmp_path, monkeypatch, steps):
     assert verdict(h).examples.get("stale_offset_fetch") == \
         together.examples.get("stale_offset_fetch")
     monkeypatch.undo()
+
+
+# What a tool other than the harness may write: the docs put an assign's `kept` and a
+# seek's resolved positions on the ok, which the harness also copies to the invoke.
+
+def test_kept_given_only_on_the_assigns_ok_keeps_the_position(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    parts = [{"topic": "t", "partition": 0}]
+    op = h.invoke("c0", "assign", {"partitions": parts})
+    h.complete(op, "ok", {"partitions": parts, "kept": parts})
+    again = h.poll("c0", [(0, 0, 1)])
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_poll"}
+    example(v, "nonmonotonic_poll", op=again, offset=0)
+
+
+def test_an_assign_that_keeps_on_its_ok_what_it_does_not_assign_is_refused(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    op = h.invoke("c0", "assign", {"partitions": [{"topic": "t", "partition": 1}]})
+    h.complete(op, "ok", {"partitions": [{"topic": "t", "partition": 1}],
+                          "kept": [{"topic": "t", "partition": 0}]})
+    with pytest.raises(HistoryError, match=f"assign op {op} keeps t/0"):
+        verdict(h)
+
+
+@pytest.mark.parametrize("asked", [None, 2])
+def test_a_seek_is_where_its_ok_resolved_it(tmp_path, asked):
+    """The ok's offset is the position (the runner resolves "beginning" and
+    "committed"): after a seek asked for `asked` and resolved to 0, reading offset 1
+    first passes over offset 0; reading offset 0 first is right."""
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    for process, first in (("c1", 1), ("c2", 0)):
+        op = h.invoke(process, "seek", {"positions": [{"topic": "t", "partition": 0,
+                                                       "offset": asked}]})
+        h.complete(op, "ok", {"positions": [{"topic": "t", "partition": 0, "offset": 0}]})
+        h.poll(process, [(0, first, first + 1)])
+    v = verdict(h)
+    assert v.counts == {"rewind_mismatch": 1}, v.summary()
+    example(v, "rewind_mismatch", process="c1", offset=1)
+
+
+def test_a_read_of_unknown_offset_ends_a_run(tmp_path):
+    """c1's poll returned value 2 at an offset it did not learn: from 0 to 2 it skipped
+    nothing it can be shown to have skipped, and went over nothing it did not return."""
+    h = History(tmp_path / "h.jsonl")
+    _three(h)
+    h.seek("c1", [(0, 0)])
+    h.poll("c1", [(0, 0, 1), (0, None, 2), (0, 2, 3)])
+    assert not found(verdict(h))
+
+
+def test_seeks_of_unknown_or_uncertain_position_are_rewinds_asked_for(tmp_path):
+    """A seek whose position nobody learned, or that ended in info, may have moved the
+    consumer anywhere it asked: a lower commit after it is no regression."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+    h.commit_offsets("c0", "g", [(0, 3)])
+    h.seek("c0", [(0, None)])
+    h.commit_offsets("c0", "g", [(0, 1)])
+    h.commit_offsets("c1", "g", [(0, 3)])
+    h.seek("c1", [(0, 0)], type="info")
+    h.commit_offsets("c1", "g", [(0, 1)])
+    h.commit_offsets("c2", "g", [(0, 3)])
+    h.seek("c2", [(0, 0)], type="fail")
+    lower = h.commit_offsets("c2", "g", [(0, 1)])
+    v = verdict(h)
+    assert found(v) == {"offset_regression"}
+    assert [e["op"] for e in v.examples["offset_regression"]] == [lower]

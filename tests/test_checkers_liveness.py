@@ -233,3 +233,28 @@ def test_committed_offsets_read_at_the_end_are_no_stall(tmp_path):
     h.watermarks("final", [(0, 0, 1, 1)])
     v = verdict(h)
     assert v.valid and v.live and "unreadable_offsets" not in found(v), v.summary()
+
+
+def test_a_fetch_that_found_nothing_committed_is_no_evidence(tmp_path):
+    """A null offset is "none committed": nothing was observed, so a run that only
+    fetched nothing has no verdict (as a dead cluster's final fetch leaves it)."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1)], type="info")
+    h.poll("c0", [])
+    h.fetch_offsets("final", "g", [(0, None)])
+    v = verdict(h)
+    assert v.unknown and v.stats["evidence"]["offsets"] == 0, v.summary()
+
+
+@pytest.mark.parametrize("odd", [{}, {"group": 5}], ids=["fast reader", "per-line reader"])
+def test_a_faults_parameters_are_no_client_calls_timeout(tmp_path, odd):
+    """reset_peer's timeout_ms is how much data passes before the reset: a fault that
+    took 7 s to apply is no stall, whichever reader reads it (a fault value holding a
+    field that EVENT types otherwise sends the file to the per-line reader)."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    op = h.invoke("nemesis", "reset_peer", {"f": "reset_peer", "timeout_ms": 0, **odd})
+    h.skipped += 7 * S
+    h.complete(op, "ok", {"f": "reset_peer"})
+    v = verdict(h)
+    assert v.valid and v.live and not found(v), v.summary()

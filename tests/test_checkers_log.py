@@ -291,3 +291,17 @@ def test_a_hanging_transaction_no_ack_placed_names_its_candidates(tmp_path):
     v = verdict(h)
     ex = example(v, "hanging_txn", offset=1)
     assert ex["txn"] is None and "may have one there" in ex["detail"] and "of p1" in ex["detail"], ex
+
+
+def test_the_least_int64_is_a_value_like_any_other(tmp_path):
+    """Values are any 64-bit integers (docs/history.md): -2**63 read where it was
+    written is neither lost nor unseen."""
+    h = History(tmp_path / "h.jsonl")
+    least = -(2 ** 63)
+    h.send("p0", [(0, 1, 0), (0, least, 1), (0, 3, 2)])
+    h.send("p0", [(0, 4)])
+    h.seek("c0", [(0, 0)])
+    h.poll("c0", [(0, 0, 1), (0, 1, least), (0, 2, 3), (0, 3, 4)], final=True)
+    h.watermarks("final", [(0, 0, 4, 4)])
+    v = verdict(h)
+    assert v.valid and not found(v), v.summary()

@@ -482,3 +482,53 @@ def test_truncated_plain_send_is_no_commit_order(tmp_path):
     v = verdict(h)
     assert "commit_order" not in found(v)
     assert {"lost_write", "inconsistent_offset"} <= found(v)
+
+
+def test_a_truncated_transactional_record_is_no_commit_order(tmp_path):
+    """As for plain sends: T1's record acknowledged at 1 was gone when c0 read over
+    offset 1 (lost_write), so 20 at 0, sent after T1 committed, is not a
+    commit_order; nor when another value was read at T1's offset."""
+    for gone in ("passed over", "rewritten"):
+        h = History(tmp_path / f"{gone}.jsonl")
+        h.txn("p0", "T1", [(0, 10, 1)])
+        h.send("p1", [(0, 20, 0)])
+        h.send("p2", [(0, 30, 2)])
+        h.seek("c0", [(0, 0)])
+        h.poll("c0", [(0, 0, 20), (0, 2, 30)] if gone == "passed over"
+               else [(0, 0, 20), (0, 1, 30)])
+        v = verdict(h)
+        assert "commit_order" not in found(v), (gone, v.summary())
+        assert "lost_write" in found(v), (gone, v.summary())
+
+
+def test_a_read_before_the_commit_proves_it_but_not_when(tmp_path):
+    """T1's commit ended in info; c0 read T1's first record before the commit was
+    invoked (precommitted). That proves T1 committed, not that it had by then: p1's
+    record at 1, sent after that read but before the commit, is no commit_order."""
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p0", "T1")
+    h.send("p0", [(0, 10, 0)], txn="T1")
+    h.poll("c0", [(0, 0, 10)])
+    h.send("p1", [(0, 20, 1)])
+    h.send("p0", [(0, 11, 2)], txn="T1")
+    h.commit("p0", "T1", type="info")
+    v = verdict(h)
+    assert found(v) == {"precommitted_read"}, v.summary()
+
+
+def test_a_torn_transaction_whose_seen_write_ended_in_info(tmp_path):
+    """T1's send to partition 0 ended in info but a read_committed poll returned it:
+    it was appended. Its other write, acknowledged at 0 in partition 1, a
+    read_committed scan went over: T1 is torn."""
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p0", "T1")
+    h.send("p0", [(0, 10)], txn="T1", type="info")
+    missing = h.send("p0", [(1, 11, 0)], txn="T1")
+    h.commit("p0", "T1")
+    h.send("p1", [(1, 20, 1)])
+    h.poll("c0", [(0, 0, 10)])
+    h.seek("c1", [(1, 0)])
+    h.poll("c1", [(1, 1, 20)])
+    v = verdict(h)
+    assert "torn_txn" in found(v), v.summary()
+    example(v, "torn_txn", op=missing, partition=1)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from onceproof.checkers import check, history
 from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
-from onceproof.checkers.store import tables_of
+from onceproof.checkers.store import convert, tables_of
 
 
 def _write_sample(path):
@@ -191,8 +191,28 @@ def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
     path.write_bytes(b"\n".join([json.dumps(good).encode(), bad, json.dumps(last).encode()])
                      + b"\n")
     for read in (read_events, events_table):
-        with pytest.raises(HistoryError, match=r"h\.jsonl:2: not valid JSON \('utf-8' codec"):
+        with pytest.raises(HistoryError, match=r"h\.jsonl:2: not UTF-8 text \(invalid start"):
             read(path)
+
+
+@pytest.mark.parametrize("where", ["a fault's parameters", "a record's key"])
+def test_bytes_that_are_not_utf8_where_no_check_reads_name_their_line(tmp_path, where):
+    """The fast reader checks the UTF-8 of the fields it keeps; a fault's parameters and
+    a record's key it never keeps. The whole file is UTF-8 JSON or it is refused, by
+    both readers, naming the line (a fault's value was parsed later, and crashed)."""
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as w:
+        w.complete(w.invoke("p", "send", {"records": [{"topic": "t", "partition": 0,
+                                                       "key": "KEY", "value": 1}]}), "ok")
+        w.fault("kill", {"f": "kill", "node": "NODE"})
+    text = path.read_bytes()
+    path.write_bytes(text.replace(b"NODE" if where.startswith("a fault") else b"KEY", b"\xff"))
+    line = 3 if where.startswith("a fault") else 1
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=rf"h\.jsonl:{line}: not UTF-8 text"):
+            read(path)
+    with pytest.raises(HistoryError, match=rf"h\.jsonl:{line}: not UTF-8 text"):
+        check(path)
 
 
 def test_lone_surrogates_in_free_form_parts_come_out_as_text(tmp_path):
@@ -639,3 +659,22 @@ def test_a_history_the_readers_accept_is_checked_or_refused_in_one_line(tmp_path
     event("checked")
     assert verdict.summary()
     json.dumps(verdict.to_dict())
+
+
+@pytest.mark.parametrize("manifest", [
+    "not json", "[]", json.dumps({"format": 5, "stats": {"evidence": {"writes": 1}}}),
+    json.dumps({"format": 6, "stats": {"writes": 1}}),
+], ids=["not JSON", "not an object", "an older format", "no evidence"])
+def test_a_converted_folder_whose_manifest_cannot_be_trusted_is_refused(tmp_path, manifest):
+    """A converted folder's stats decide whether it holds evidence: one from another
+    version of the converter (format 5 counted a send that ended in info), or a
+    manifest that is damaged, is one line that says to convert again."""
+    path = tmp_path / "h.jsonl"
+    with HistoryWriter(path) as w:
+        w.complete(w.invoke("p", "send", {"records": [{"topic": "t", "partition": 0,
+                                                       "value": 1}]}), "info")
+    folder = convert(path, tmp_path / "tables")
+    assert check(folder).unknown
+    (folder / "manifest.json").write_text(manifest)
+    with pytest.raises(HistoryError, match="convert the JSONL"):
+        check(folder)
