@@ -105,9 +105,11 @@ REGISTRY: tuple[Anomaly, ...] = (
                           "per value",
               "writer": "the send of each value observed there, when one wrote it"}),
     _a("unattributed_read", "log_values", """
-       A poll returned a value that no send in the history wrote.""",
+       A poll returned a value that no send in the history wrote to that partition: no
+       send wrote it, or one wrote it to another partition.""",
        _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail=""),
-       roles={"reader": "the poll"}),
+       roles={"reader": "the poll",
+              "writer": "the send that wrote the value to another partition, when one did"}),
     # Writes missing from the log (loss)
     _a("lost_write", "loss", """
        An acknowledged write (a send ok outside a transaction, or in a committed one)
@@ -292,7 +294,9 @@ REGISTRY: tuple[Anomaly, ...] = (
        the latest successful commit that completed before it was invoked (or any of
        several that raced each other), any commit in flight while it ran, or any commit
        of uncertain outcome invoked before it completed. Before any successful commit
-       completed, it may return only nothing or such a racing or uncertain commit.""",
+       completed, it may return only nothing or such a racing or uncertain commit. Of a
+       transaction's send_offsets for one partition, a later ok one replaces the earlier
+       (the coordinator keeps the last).""",
        _w(**_AT, op="the fetch", offset="what it returned, null for none", txn="",
           detail="what it was allowed to return"),
        roles={"fetch": "the fetch_offsets",

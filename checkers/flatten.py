@@ -49,7 +49,15 @@ from .extract import Extract
 from .history import NEMESIS, HistoryError, events_table, nemesis_values
 from .partlog import KINDS
 from .spool import Partitions, PollSpool, Steps
-from .tables import ABORTED, COMMITTED, FAILED, READ_UNCOMMITTED, SCHEMAS, UNKNOWN
+from .tables import (
+    ABORTED,
+    COMMITTED,
+    FAILED,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    SCHEMAS,
+    UNKNOWN,
+)
 
 
 def _evidence(writes: pa.Table, n_reads: int, offsets: pa.Table) -> dict[str, int]:
@@ -98,6 +106,19 @@ def _ops(events: pa.Table) -> pa.Table:
     return pa.table(cols).cast(SCHEMAS["ops"])
 
 
+def _check_isolations(path, ops_t: pa.Table) -> None:
+    """A poll's isolation is one of the two Kafka has: another would be judged as
+    read_uncommitted, its reads held to nothing a read_committed one is."""
+    iso = ops_t.column("isolation")
+    odd = pc.and_(pc.is_valid(iso), pc.invert(pc.is_in(iso, value_set=pa.array(
+        [READ_COMMITTED, READ_UNCOMMITTED]))))
+    if pc.any(odd).as_py():
+        row = ops_t.filter(odd).slice(0, 1).to_pylist()[0]
+        raise HistoryError(f"{path}: {row['f']} op {row['op']} has isolation "
+                           f"{row['isolation']!r}; it is {READ_COMMITTED} or "
+                           f"{READ_UNCOMMITTED} (docs/history.md)")
+
+
 def _op_frame(ops_t: pa.Table, ops_index: pd.Index, op, cols: list[str]) -> pd.DataFrame:
     """Columns `cols` of the op of each of `op` (null where there is none), as pandas."""
     at = positions_in(ops_index, np.asarray(op, dtype=np.int64))
@@ -121,6 +142,7 @@ def _in_invoke_order(rec: pa.Table, ops_t: pa.Table,
 
 def _writes(path, lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Table:
     acked, asked = lists.table("acked"), lists.table("asked")
+    _check_acks(path, acked, ops_t, ops_index)
     asked = asked.filter(pc.invert(pc.is_in(asked.column("op"), value_set=acked.column("op"))))
     asked = asked.set_column(asked.schema.get_field_index("offset"), "offset",
                              pa.nulls(asked.num_rows, pa.int64()))
@@ -139,6 +161,22 @@ def _writes(path, lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Ta
         raise HistoryError(f"{path}: value {v} is written by ops {min(ops)} and {max(ops)}; "
                            "values must be unique across the history so a read names its write")
     return ordered(cols, "writes")
+
+
+def _check_acks(path, acked: pa.Table, ops_t: pa.Table, ops_index: pd.Index) -> None:
+    """A send's ok lists every record its invoke asked to write (with what the client
+    learned of each): a record it left out would be judged as never sent."""
+    op = ints(acked.column("op"))[0]
+    if not len(op):
+        return
+    ops, counts = np.unique(op, return_counts=True)
+    asked, _ = ints(ops_t.column("n_records").take(pa.array(positions_in(ops_index, ops))))
+    short = np.flatnonzero(counts != asked)
+    if len(short):
+        i = short[0]
+        raise HistoryError(f"{path}: the ok of send op {ops[i]} lists {counts[i]} records, "
+                           f"its invoke {asked[i]}; an ok lists the records its invoke sent, "
+                           "each with its offset (docs/history.md)")
 
 
 class WriteIndex:
@@ -306,8 +344,13 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
     return pa.table({f.name: cols[f.name] for f in schema}).cast(schema)
 
 
-def _watermarks(lists: Extract, ops_t, ops_index) -> pd.DataFrame:
+def _watermarks(path, lists: Extract, ops_t, ops_index) -> pd.DataFrame:
     wm = lists.table("watermarks").drop_columns(["offset"]).to_pandas(types_mapper=nullable)
+    twice = wm.duplicated(["op", "topic", "partition"]).to_numpy(dtype=bool)
+    if twice.any():
+        x = wm[twice].iloc[0]
+        raise HistoryError(f"{path}: watermarks op {x['op']} names {x['topic']}/"
+                           f"{x['partition']} twice; it gives each partition's once")
     cols = ["process", "invoke_index", "complete_index"]
     return pd.concat([wm, _op_frame(ops_t, ops_index, wm["op"], cols)], axis=1)
 
@@ -430,6 +473,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     del events
     ops_t = ops_t.combine_chunks()
     memory.give_back()
+    _check_isolations(path, ops_t)
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
 
@@ -466,7 +510,7 @@ def write_tables(path: Path, out: Path, spool: Path,
                                            ops_t, ops_index),
                 "faults": beside.submit(written, "faults", _faults, path, ops_t,
                                         lists.fault_lines),
-                "watermarks": beside.submit(spooled, "watermarks", _watermarks, lists, ops_t,
+                "watermarks": beside.submit(spooled, "watermarks", _watermarks, path, lists, ops_t,
                                             ops_index),
                 "ops": beside.submit(write, "ops", ops_t)}
         # Pandas only for the transactions' ops: the transactions are grouped there.

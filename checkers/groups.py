@@ -28,6 +28,25 @@ def _record(type, row, detail, offset, witnessed) -> dict:
             "witnesses": witnesses(*witnessed)}
 
 
+def _superseded(o: pd.DataFrame) -> np.ndarray:
+    """The send_offsets of a transaction that a later ok one of the same transaction
+    replaced for the group (the coordinator keeps a transaction's last offset per
+    partition): the commit takes effect with the later one's offset alone."""
+    sends = equals(o["f"], "send_offsets") & o["txn"].notna().to_numpy(dtype=bool)
+    out = np.zeros(len(o), dtype=bool)
+    if sends.sum() < 2:
+        return out
+    rows = np.flatnonzero(sends)
+    key = pd.MultiIndex.from_arrays([o["txn"].array.take(rows), o["group"].array.take(rows)])
+    code = pd.factorize(key)[0]
+    ok = equals(o["type"], "ok")[rows]
+    # Steps are in invoke order (PartitionLog): the last ok row of each key, by place.
+    last_ok = np.full(code.max() + 1, -1)
+    np.maximum.at(last_ok, code[ok], np.flatnonzero(ok))
+    out[rows] = np.arange(len(rows)) < last_ok[code]
+    return out
+
+
 class _Steps:
     """The columns of one partition's offset steps the checks use, as numpy arrays
     indexed by row position in pl.offsets (the full rows are read only to report)."""
@@ -55,7 +74,7 @@ class _Steps:
         self.proc = o["process"].to_numpy(dtype=object)
         self.pcode = name_ranks(o["process"], np.arange(len(o)))
         self.commit = (equals(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
-                       & (~self.committed | ~cmp_na))
+                       & (~self.committed | ~cmp_na) & ~_superseded(o))
         self.fetch = equals(o["f"], "fetch_offsets") & ~complete_na
 
 

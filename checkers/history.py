@@ -42,6 +42,10 @@ from .memory import give_back
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
+# The kinds of a client's op (docs/history.md, "Operation kinds"): an op of another
+# kind would be read as nothing, its records unjudged. The nemesis's are free.
+OP_KINDS = ("send", "poll", "seek", "assign", "commit_offsets", "fetch_offsets",
+            "begin_txn", "send_offsets", "commit_txn", "abort_txn", "watermarks")
 NEMESIS = "nemesis"
 # The nemesis's first op: the cluster the run had (Kafka version, nodes, broker settings).
 CLUSTER = "cluster"
@@ -75,6 +79,9 @@ REQUIRED = ("index", "op", "process", "type", "f", "time")
 # Where a record, position or partition is: never negative in Kafka. A tool that
 # writes -1 (or librdkafka's -1001) for "not known" writes null instead.
 NON_NEGATIVE = ("partition", "offset", "low", "high", "lso")
+# And below 2**53: the checks bound places by floats (NaN where unknown), exact below
+# that; Kafka's offsets stay far below it.
+PLACE_LIMIT = 2 ** 53
 # What an item of a list must hold: the partition it is about (Kafka names one by its
 # topic and number), and a record the value that identifies its write.
 ITEM_REQUIRED = ("topic", "partition")
@@ -339,9 +346,10 @@ def _check_items(f: str, key: str, items, item: pa.StructType, where: str) -> No
             if y is not None and not _is(y, t):
                 raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of {_a(f)} must "
                                    f"be {_type_name(t)}, not {y!r}")
-            if field.name in NON_NEGATIVE and y is not None and y < 0:
+            if field.name in NON_NEGATIVE and y is not None and not 0 <= y < PLACE_LIMIT:
                 raise HistoryError(f"{where}: value.{key}[{i}].{field.name} of {_a(f)} must "
-                                   f"be 0 or more (null when not known), not {y!r}")
+                                   f"be 0 or more and below 2**53 (null when not known), "
+                                   f"not {y!r}")
 
 
 def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
@@ -371,6 +379,11 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
     first(np.r_[False, np.diff(index) <= 0],
           lambda r: f"index {index[r]} does not increase (previous {index[r - 1]}); "
                     "events must be in index order")
+    kinds = events["f"]
+    unknown = ~kinds.isin(OP_KINDS).to_numpy() & (events["process"] != NEMESIS).to_numpy()
+    first(unknown, lambda r: f"f {kinds.iloc[r]!r} is no kind of client op; a client's ops "
+                             f"are {', '.join(OP_KINDS)} (docs/history.md), faults and a "
+                             "tool's own events are ops of process nemesis")
     rows = np.arange(n)
     invoke = (type_ == "invoke").to_numpy()
     # Ops numbered 0..k-1, so each rule below indexes arrays by op, without a hash
@@ -803,9 +816,10 @@ def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
             if item.name in required and items.field(j).null_count:
                 raise pa.ArrowInvalid(f"value.{field.name}[] without {item.name}")
             if item.name in NON_NEGATIVE:
-                low = pc.min(items.field(j)).as_py()
-                if low is not None and low < 0:
-                    raise pa.ArrowInvalid(f"value.{field.name}[].{item.name} {low} < 0")
+                span = pc.min_max(items.field(j))
+                low, high = span["min"].as_py(), span["max"].as_py()
+                if low is not None and not (low >= 0 and high < PLACE_LIMIT):
+                    raise pa.ArrowInvalid(f"value.{field.name}[].{item.name} out of range")
     return batch
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, each_row, equals, first_of_each
+from .tables import FAILED
 
 TYPES = of_family("log_values")
 
@@ -100,15 +101,23 @@ def inconsistent(pl: PartitionLog, obs: pd.DataFrame) -> list[dict]:
 
 
 def unattributed(pl: PartitionLog) -> list[dict]:
-    """unattributed_read: a poll returned a value that no send in the history wrote
-    (or a record without a value). Values are unique per write, so such a record came
-    from outside the test or was corrupted."""
-    r = pl.reads[~pl.reads["w_found"].fillna(False).to_numpy(dtype=bool)]
+    """unattributed_read: a poll returned a value that no send in the history wrote to
+    this partition (or a record without a value). Values are unique per write, so such
+    a record came from outside the test, was corrupted, or landed in a partition its
+    producer did not send it to (vis 0 of a found write that did not fail)."""
+    r = pl.reads
+    found = r["w_found"].fillna(False).to_numpy(dtype=bool)
+    elsewhere = found & (r["vis"].fillna(0).to_numpy() == 0) & ~equals(r["status"], FAILED)
+    r = r[~found | elsewhere]
     return [{"type": "unattributed_read", "severity": VIOLATION, "process": row["process"],
              "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
-             "txn": row["txn"], "witnesses": witnesses((row["op"], "reader")),
+             "txn": row["txn"], "witnesses": witnesses(
+                 (row["op"], "reader"),
+                 *(((row["w_op"], "writer"),) if pd.notna(row["w_op"]) else ())),
              "detail": f"{row['process']} read value {num(row['value'])} at offset "
-                       f"{num(row['offset'])}, which no send wrote"}
+                       f"{num(row['offset'])}, which "
+                       + (f"send op {num(row['w_op'])} wrote to another partition"
+                          if pd.notna(row["w_op"]) else "no send wrote")}
             for row in each_row(r)]
 
 

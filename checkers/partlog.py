@@ -246,6 +246,8 @@ class PartitionLog:
             return rows
         self.writes, self.reads, self.positions, self.offsets, self.watermarks = (
             part(i) for i in range(5))
+        if self.reads["offset"].hasnans:
+            self.reads = _placed(self.reads, self.writes)
         self._memo: dict = {}
 
     @cached_property
@@ -586,6 +588,34 @@ class PartitionLog:
         """The poll at the far end of a scan (its read of the highest offset)."""
         op = None if scan is None else self._scan_ops.get(scan["run"])
         return None if op is None or pd.isna(op) else int(op)
+
+
+def _placed(reads: pd.DataFrame, writes: pd.DataFrame) -> pd.DataFrame:
+    """The reads, each of unknown offset (null: the client did not say) placed where
+    its value is known to be, from an ack or another read, when that is one offset:
+    the order of reads is known from acks as that of sends is from reads."""
+    miss = reads["offset"].isna().to_numpy(dtype=bool) & reads["value"].notna().to_numpy(dtype=bool)
+    seen = [(f["value"].to_numpy(dtype=np.int64, na_value=0)[m],
+             f["offset"].to_numpy(dtype=np.int64, na_value=0)[m])
+            for f in (writes, reads)
+            for m in [f["offset"].notna().to_numpy(dtype=bool) & f["value"].notna().to_numpy(dtype=bool)]]
+    values = np.concatenate([v for v, _ in seen])
+    offsets = np.concatenate([o for _, o in seen])
+    if not miss.any() or not len(values):
+        return reads
+    pairs = pd.DataFrame({"value": values, "offset": offsets}).drop_duplicates()
+    one = pairs[~pairs["value"].duplicated(keep=False).to_numpy(dtype=bool)]
+    where = pd.Series(one["offset"].to_numpy(), index=one["value"].to_numpy())
+    rows = np.flatnonzero(miss)
+    found = where.reindex(reads["value"].to_numpy(dtype=np.int64, na_value=0)[rows])
+    known = found.notna().to_numpy(dtype=bool)
+    if not known.any():
+        return reads
+    reads = reads.copy()
+    offset = reads["offset"].array.copy()
+    offset[rows[known]] = found.to_numpy()[known].astype(np.int64)
+    reads["offset"] = offset
+    return reads
 
 
 def _covering(lo: np.ndarray, hi: np.ndarray, scans: pd.DataFrame) -> np.ndarray:

@@ -480,14 +480,21 @@ def test_a_seek_is_where_its_ok_resolved_it(tmp_path, asked):
     example(v, "rewind_mismatch", process="c1", offset=1)
 
 
-def test_a_read_of_unknown_offset_ends_a_run(tmp_path):
-    """c1's poll returned value 2 at an offset it did not learn: from 0 to 2 it skipped
-    nothing it can be shown to have skipped, and went over nothing it did not return."""
+def test_a_read_of_unknown_offset_is_where_its_value_is_known_to_be(tmp_path):
+    """c1's polls returned values at offsets they did not learn. Value 2 is known (from
+    its ack) to be at 1: then 3 at 2 was skipped. Value 5's offset nobody learned: the
+    read after it starts a run of its own (it may have returned what lies between)."""
     h = History(tmp_path / "h.jsonl")
     _three(h)
+    h.send("p0", [(0, 4, 3), (0, 5)])
+    h.send("p0", [(0, 6, 5), (0, 7, 6)])
+    h.poll("c0", [(0, 3, 4), (0, 5, 6), (0, 6, 7)])
     h.seek("c1", [(0, 0)])
-    h.poll("c1", [(0, 0, 1), (0, None, 2), (0, 2, 3)])
-    assert not found(verdict(h))
+    h.poll("c1", [(0, 0, 1), (0, None, 2)])
+    skip = h.poll("c1", [(0, 3, 4), (0, None, 5), (0, 6, 7)])
+    v = verdict(h)
+    assert v.counts == {"poll_skip": 1}, v.summary()
+    example(v, "poll_skip", op=skip, offset=3)
 
 
 def test_seeks_of_unknown_or_uncertain_position_are_rewinds_asked_for(tmp_path):
@@ -507,3 +514,21 @@ def test_seeks_of_unknown_or_uncertain_position_are_rewinds_asked_for(tmp_path):
     v = verdict(h)
     assert found(v) == {"offset_regression"}
     assert [e["op"] for e in v.examples["offset_regression"]] == [lower]
+
+
+def test_a_transactions_later_send_offsets_replaces_its_earlier_one(tmp_path):
+    """One transaction sent offsets 1 then 3 for the same partition and committed: the
+    group's offset is 3 (the coordinator keeps the last), so a later fetch of 1 is
+    stale; had the later send_offsets failed, 1 would be right."""
+    for last, stale in (("ok", True), ("fail", False)):
+        h = History(tmp_path / f"{last}.jsonl")
+        h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
+        h.begin("x0", "T")
+        h.send_offsets("x0", "T", "g", [(0, 1)])
+        h.send_offsets("x0", "T", "g", [(0, 3)], type=last)
+        h.commit("x0", "T")
+        fetch = h.fetch_offsets("final", "g", [(0, 1)])
+        v = verdict(h)
+        assert found(v) == ({"stale_offset_fetch"} if stale else set()), (last, v.summary())
+        if stale:
+            example(v, "stale_offset_fetch", op=fetch)

@@ -305,3 +305,18 @@ def test_the_least_int64_is_a_value_like_any_other(tmp_path):
     h.watermarks("final", [(0, 0, 4, 4)])
     v = verdict(h)
     assert v.valid and not found(v), v.summary()
+
+
+def test_a_value_read_in_a_partition_it_was_not_sent_to_is_unattributed(tmp_path):
+    """Sent to partition 0 and read in partition 1 (there alone, or in both): no send
+    wrote it to partition 1, so the record there came from elsewhere."""
+    h = History(tmp_path / "h.jsonl")
+    send = h.send("p0", [(0, 1, 0)])
+    h.send("p0", [(0, 2, 1)])
+    h.poll("c0", [(0, 0, 1)])
+    stray = h.poll("c1", [(1, 0, 1), (1, 1, 2)])
+    v = verdict(h)
+    assert v.counts == {"unattributed_read": 2}, v.summary()
+    ex = example(v, "unattributed_read", op=stray, partition=1, offset=0, value=1)
+    assert witnessed(ex) == {(stray, "reader"), (send, "writer")}
+    assert "wrote to another partition" in ex["detail"]

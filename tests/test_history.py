@@ -134,7 +134,16 @@ def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
      '"value": {"records": [{"topic": "t", "partition": 0, "value": 1}, '
      '{"topic": "t", "partition": 0, "value": 2, "offset": -1}]}}',
-     r"records\[1\]\.offset of a send must be 0 or more \(null when not known\), not -1"),
+     r"records\[1\]\.offset of a send must be 0 or more and below 2\*\*53 \(null when not "
+     r"known\), not -1"),
+    # The checks bound places by floats: exact below 2**53, and Kafka's are far below.
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "send", "time": 5, '
+     '"value": {"records": [{"topic": "t", "partition": 0, "value": 1, '
+     '"offset": 9007199254740992}]}}',
+     r"records\[0\]\.offset of a send must be 0 or more and below 2\*\*53"),
+    # An op of a kind no check reads would be judged as nothing, its records unread.
+    ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "consume", "time": 5}',
+     r"f 'consume' is no kind of client op; a client's ops are send, poll"),
     ('{"index": 1, "op": 9, "process": "p", "type": "invoke", "f": "seek", "time": 5, '
      '"value": {"positions": [{"topic": "t", "partition": -2, "offset": 0}]}}',
      r"positions\[0\]\.partition of a seek must be 0 or more"),
@@ -678,3 +687,28 @@ def test_a_converted_folder_whose_manifest_cannot_be_trusted_is_refused(tmp_path
     (folder / "manifest.json").write_text(manifest)
     with pytest.raises(HistoryError, match="convert the JSONL"):
         check(folder)
+
+
+def test_what_a_check_would_misread_is_refused_naming_the_op(tmp_path):
+    """An ok that lists fewer records than its send asked to write, a watermarks op
+    that names a partition twice, a poll of an isolation Kafka does not have: each
+    would be judged as something it is not (records never sent, one of two high
+    watermarks, a read_uncommitted read)."""
+    from tests.histories import History
+    rec = {"topic": "t", "partition": 0, "key": None}
+    cases = {
+        "short": (lambda h: h.complete(h.invoke("p", "send", {"records": [
+            {**rec, "value": 1}, {**rec, "value": 2}]}), "ok",
+            {"records": [{**rec, "value": 1, "offset": 0}]}),
+            r"the ok of send op 0 lists 1 records, its invoke 2"),
+        "twice": (lambda h: h.watermarks("final", [(0, 0, 3, 3), (0, 0, 2, 2)]),
+                  r"watermarks op 0 names t/0 twice"),
+        "isolation": (lambda h: h.poll("c", [], isolation="serializable"),
+                      r"poll op 0 has isolation 'serializable'; it is read_committed or "
+                      "read_uncommitted"),
+    }
+    for name, (write, problem) in cases.items():
+        with History(tmp_path / f"{name}.jsonl") as h:
+            write(h)
+        with pytest.raises(HistoryError, match=problem):
+            tables_of(h.path)
