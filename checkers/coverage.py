@@ -114,4 +114,3 @@ def held(pl: PartitionLog) -> np.ndarray:
     passed = cov["cov_any"].to_numpy(dtype=bool) & ~cov["seen_any"].to_numpy(dtype=bool)
     return ~passed & pl.holds(cov["offset"].to_numpy(dtype=float),
                               cov["value"].to_numpy(dtype=np.int64, na_value=0))
-

@@ -313,18 +313,11 @@ class PartitionLog:
         if not len(at):
             return out
         o = offsets[at].astype(np.int64)
-        c = self.contested_offsets
         log = self.read_log
-        lo = log["offset"].to_numpy(dtype=np.int64)
-        i = np.searchsorted(lo, o)
-        read = (i < len(lo)) & (lo[np.minimum(i, max(len(lo) - 1, 0))] == o) if len(lo) \
-            else np.zeros(len(o), dtype=bool)
+        i, read = _places(log["offset"].to_numpy(dtype=np.int64), o)
         same = np.zeros(len(o), dtype=bool)
         same[read] = log["value"].to_numpy(dtype=np.int64)[i[read]] == values[at][read]
-        j = np.searchsorted(c, o)
-        contested = (j < len(c)) & (c[np.minimum(j, max(len(c) - 1, 0))] == o) if len(c) \
-            else np.zeros(len(o), dtype=bool)
-        out[at] = ~contested & (~read | same)
+        out[at] = ~_places(self.contested_offsets, o)[1] & (~read | same)
         return out
 
     @cached_property
@@ -588,6 +581,14 @@ class PartitionLog:
         """The poll at the far end of a scan (its read of the highest offset)."""
         op = None if scan is None else self._scan_ops.get(scan["run"])
         return None if op is None or pd.isna(op) else int(op)
+
+
+def _places(sorted_: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of x would stand in the sorted array, and whether it is there."""
+    i = np.searchsorted(sorted_, x)
+    if not len(sorted_):
+        return i, np.zeros(len(x), dtype=bool)
+    return i, sorted_[np.minimum(i, len(sorted_) - 1)] == x
 
 
 def _placed(reads: pd.DataFrame, writes: pd.DataFrame) -> pd.DataFrame:

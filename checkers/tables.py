@@ -55,7 +55,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("w_txn_commit_invoke_index", I), ("w_txn_commit_complete_index", I)),
     # Changes of a consumer's position per partition: `seek` (offset = next offset to
     # read) or `reset` (position unknown from here on), with the op that caused it
-    # (cause: seek, assign, info = an op of that process ended in info).
+    # (cause: seek, assign, info = an op of that process ended in info). A seek that
+    # ended in info or left its position unknown is a reset with the offset it asked.
     "positions": _schema(
         ("process", S), ("op", I), ("kind", S), ("cause", S), ("topic", S),
         ("partition", I), ("offset", I), ("invoke_index", I), ("complete_index", I)),
