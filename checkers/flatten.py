@@ -351,7 +351,7 @@ def _watermarks(path, lists: Extract, ops_t, ops_index) -> pd.DataFrame:
     if twice.any():
         x = wm[twice].iloc[0]
         raise HistoryError(f"{path}: watermarks op {x['op']} names {x['topic']}/"
-                           f"{x['partition']} twice; it gives each partition's once")
+                           f"{x['partition']} twice; it gives each partition's watermarks once")
     cols = ["process", "invoke_index", "complete_index"]
     return pd.concat([wm, _op_frame(ops_t, ops_index, wm["op"], cols)], axis=1)
 

@@ -595,16 +595,17 @@ def _placed(reads: pd.DataFrame, writes: pd.DataFrame) -> pd.DataFrame:
     """The reads, each of unknown offset (null: the client did not say) placed where
     its value is known to be, from an ack or another read, when that is one offset:
     the order of reads is known from acks as that of sends is from reads."""
+    def placed(f: pd.DataFrame) -> np.ndarray:
+        return f["offset"].notna().to_numpy(dtype=bool) & f["value"].notna().to_numpy(dtype=bool)
+
     miss = reads["offset"].isna().to_numpy(dtype=bool) & reads["value"].notna().to_numpy(dtype=bool)
-    seen = [(f["value"].to_numpy(dtype=np.int64, na_value=0)[m],
-             f["offset"].to_numpy(dtype=np.int64, na_value=0)[m])
-            for f in (writes, reads)
-            for m in [f["offset"].notna().to_numpy(dtype=bool) & f["value"].notna().to_numpy(dtype=bool)]]
-    values = np.concatenate([v for v, _ in seen])
-    offsets = np.concatenate([o for _, o in seen])
-    if not miss.any() or not len(values):
+    if not miss.any():
         return reads
-    pairs = pd.DataFrame({"value": values, "offset": offsets}).drop_duplicates()
+    # Every (value, offset) an ack or a read observed.
+    at = [placed(f) for f in (writes, reads)]
+    pairs = pd.DataFrame({c: np.concatenate([f[c].to_numpy(dtype=np.int64, na_value=0)[m]
+                                             for f, m in zip((writes, reads), at)])
+                          for c in ("value", "offset")}).drop_duplicates()
     one = pairs[~pairs["value"].duplicated(keep=False).to_numpy(dtype=bool)]
     where = pd.Series(one["offset"].to_numpy(), index=one["value"].to_numpy())
     rows = np.flatnonzero(miss)
