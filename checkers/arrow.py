@@ -40,7 +40,48 @@ def ints(col) -> tuple[np.ndarray, np.ndarray]:
     return pc.fill_null(col, 0).to_numpy(), valid
 
 
-def positions_in(index: pd.Index, keys: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+class KeyIndex:
+    """The row of each of some unique int64 keys (op ids, written values), as a
+    pd.Index's get_indexer gives it (-1 where a key is absent).
+
+    A history's op ids, and its written values as our clients make them, are nearly
+    consecutive: then a key's row is read from an array over their span, where
+    pandas hashes each key (at 10M events some 130M lookups, into indexes of up to
+    5M keys; 4M of them took 0.20 s hashed, 0.04 s read from the array). Keys spread
+    wider, or not unique, are a pd.Index, which behaves as it always did."""
+
+    # How many slots per key the array may have before a hash table is smaller.
+    SPREAD = 4
+
+    def __init__(self, keys: np.ndarray) -> None:
+        keys = np.asarray(keys, dtype=np.int64)
+        self._n = len(keys)
+        self._table: np.ndarray | None = None
+        if self._n:
+            lo, hi = int(keys.min()), int(keys.max())
+            if hi - lo < self.SPREAD * self._n + 1024:
+                table = np.full(hi - lo + 1, -1, dtype=np.int64)
+                rows = np.arange(self._n, dtype=np.int64)
+                table[keys - lo] = rows
+                if (table[keys - lo] == rows).all():  # else some key came twice
+                    self._lo, self._hi, self._table = lo, hi, table
+        self._index = None if self._table is not None else hashed(pd.Index(keys))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def get_indexer(self, keys: np.ndarray) -> np.ndarray:
+        if self._index is not None:
+            return self._index.get_indexer(keys)
+        keys = np.asarray(keys, dtype=np.int64)
+        inside = (keys >= self._lo) & (keys <= self._hi)
+        # Keys outside the span are never subtracted from: they could overflow.
+        assert self._table is not None
+        return np.where(inside, self._table[np.where(inside, keys, self._lo) - self._lo], -1)
+
+
+def positions_in(index: pd.Index | KeyIndex, keys: np.ndarray,
+                 valid: np.ndarray | None = None) -> np.ndarray:
     """Row of each key in `index` (unique), -1 when absent or not valid."""
     idx = index.get_indexer(keys) if len(keys) else np.empty(0, dtype=np.int64)
     if valid is not None:
@@ -70,6 +111,67 @@ def positions_of_strings(index: pd.Index, col) -> np.ndarray:
     codes = coded.indices
     return np.where(codes.is_valid().to_numpy(zero_copy_only=False),
                     at[pc.fill_null(codes, 0).to_numpy()], -1)
+
+
+CODED = pa.dictionary(pa.int32(), pa.string())
+
+
+def coded(table: pa.Table) -> pa.Table:
+    """The table with its string columns dictionary-encoded (each distinct string once,
+    its rows as codes); columns coded already stay as they are."""
+    return pa.table([_code(col) for col in table.columns], names=table.column_names)
+
+
+def _code(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    if col.type != pa.string():
+        return col
+    if col.null_count == len(col):
+        # A steps column of another kind of step: most of a step's strings (hashing
+        # nulls takes a third of the time of hashing strings).
+        return pa.chunked_array([pa.nulls(len(c), CODED) for c in col.chunks], type=CODED)
+    return pc.dictionary_encode(col)
+
+
+# A dictionary of more strings than this is cut down to the ones its rows use.
+_FEW = 256
+
+
+def compacted(col):
+    """A dictionary-encoded column whose dictionary holds only the strings its rows
+    use, in their order there; any other column as it is.
+
+    What is taken from a coded column keeps the whole dictionary (every transaction
+    id of the history): joined into every slice of reads, each slice's strings would
+    be all of them, hashed again wherever the slices meet."""
+    if not pa.types.is_dictionary(col.type):
+        return col
+    if isinstance(col, pa.ChunkedArray):
+        if all(len(chunk.dictionary) <= _FEW for chunk in col.chunks):
+            return col
+        return pa.chunked_array([compacted(chunk) for chunk in col.chunks], type=col.type)
+    if len(col.dictionary) <= _FEW:
+        return col
+    indices = col.indices
+    valid = indices.is_valid().to_numpy(zero_copy_only=False)
+    codes = pc.fill_null(indices, 0).to_numpy()
+    used = np.zeros(len(col.dictionary), dtype=bool)
+    used[codes[valid]] = True
+    new_code = (np.cumsum(used) - 1).astype(codes.dtype)
+    new = pa.array(new_code[codes], type=indices.type, mask=None if valid.all() else ~valid)
+    return pa.DictionaryArray.from_arrays(
+        new, col.dictionary.take(pa.array(np.flatnonzero(used), type=pa.int64())))
+
+
+def as_types(schema: pa.Schema, columns) -> pa.Schema:
+    """`schema`, but a string field whose column (in `columns`, by name) is coded keeps
+    that column's dictionary type: a cast to the schema would decode it."""
+    def kept(field: pa.Field) -> pa.Field:
+        col = columns.get(field.name) if hasattr(columns, "get") else None
+        if (col is not None and pa.types.is_dictionary(col.type)
+                and col.type.value_type == field.type):
+            return field.with_type(col.type)
+        return field
+    return pa.schema([kept(f) for f in schema])
 
 
 def hashed(index: pd.Index) -> pd.Index:
@@ -117,11 +219,12 @@ def value_field(events: pa.Table, mask: np.ndarray, key: str) -> np.ndarray:
 
 
 def ordered(cols: dict, name: str) -> pa.Table:
-    """cols as table `name`, in (invoke_index, rec) order, with its schema."""
+    """cols as table `name`, in (invoke_index, rec) order, with its schema (its coded
+    strings left coded, as_types)."""
     schema = SCHEMAS[name]
     n = len(next(iter(cols.values())))
     table = pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type)
-                      for f in schema}).cast(schema)
+                      for f in schema}).cast(as_types(schema, cols))
     order = invoke_order(ints(table.column("invoke_index"))[0], ints(table.column("rec"))[0])
     if order is not None:  # else already in order: no copy of every column
         table = table.take(pa.array(order, type=pa.int64()))

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from . import anomaly, forked, memory, txn_status
+from . import anomaly, arrow, forked, memory, txn_status
 from .history import values_at
 from .partlog import READ, PartitionLog
 
@@ -391,7 +391,7 @@ def read_table(path, columns: list[str] | None = None) -> pa.Table:
 def frame_of(table: pa.Table) -> pd.DataFrame:
     """A table in pandas as read_frame makes it (its strings dictionary-encoded first
     where they are not)."""
-    return _frame(_dictionaries(table))
+    return _frame(arrow.coded(table))
 
 
 def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
@@ -526,13 +526,7 @@ def steps_frame(steps: pa.Table) -> pd.DataFrame:
     """A bucket's steps in pandas, as the per-partition checks take them: strings as
     pandas Categoricals (their codes, and the distinct strings once), not as a Python
     object per step."""
-    return _frame(_dictionaries(steps), coded=True)
-
-
-def _dictionaries(table: pa.Table) -> pa.Table:
-    """The table with its string columns dictionary-encoded (each distinct string once)."""
-    return pa.table([pc.dictionary_encode(col) if col.type == pa.string() else col
-                     for col in table.columns], names=table.column_names)
+    return _frame(arrow.coded(steps), coded=True)
 
 
 def _rows_of(steps: pa.Table, families) -> pa.Table:

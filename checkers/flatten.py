@@ -31,6 +31,10 @@ import pyarrow.parquet as pq
 
 from . import memory, txn_status
 from .arrow import (
+    KeyIndex,
+    as_types,
+    coded,
+    compacted,
     concat_frames,
     empty_frame,
     equal_to,
@@ -84,7 +88,7 @@ def _ops(events: pa.Table) -> pa.Table:
     # Of a completion, only what an op takes from it is copied.
     taken = ["type", "index", "time", "error", "final", "isolation"]
     done = events.select(["op", *taken]).filter(pc.invert(is_invoke))
-    at = positions_in(pd.Index(ints(done.column("op"))[0]), ints(inv.column("op"))[0])
+    at = positions_in(KeyIndex(ints(done.column("op"))[0]), ints(inv.column("op"))[0])
     d = take_rows(done, at, taken)
     # A poll reports the isolation it used on completion if not on invoke. Kafka's
     # default isolation is read_uncommitted.
@@ -119,14 +123,14 @@ def _check_isolations(path, ops_t: pa.Table) -> None:
                            f"{READ_UNCOMMITTED} (docs/history.md)")
 
 
-def _op_frame(ops_t: pa.Table, ops_index: pd.Index, op, cols: list[str]) -> pd.DataFrame:
+def _op_frame(ops_t: pa.Table, ops_index: KeyIndex, op, cols: list[str]) -> pd.DataFrame:
     """Columns `cols` of the op of each of `op` (null where there is none), as pandas."""
     at = positions_in(ops_index, np.asarray(op, dtype=np.int64))
     return pa.table(take_rows(ops_t, at, cols)).to_pandas(types_mapper=nullable)
 
 
 def _in_invoke_order(rec: pa.Table, ops_t: pa.Table,
-                     ops_index: pd.Index) -> tuple[pa.Table, np.ndarray]:
+                     ops_index: KeyIndex) -> tuple[pa.Table, np.ndarray]:
     """Records (op, rec, ...) in the order of the tables made of them (their op's
     invoke_index, then rec), with the row of each one's op in ops_t. Sorted while
     narrow: then `ordered` finds the joined rows in order, and copies no wide table."""
@@ -163,7 +167,7 @@ def _writes(path, lists: Extract, ops_t, ops_index, txns_t, txns_index) -> pa.Ta
     return ordered(cols, "writes")
 
 
-def _check_acks(path, acked: pa.Table, ops_t: pa.Table, ops_index: pd.Index) -> None:
+def _check_acks(path, acked: pa.Table, ops_t: pa.Table, ops_index: KeyIndex) -> None:
     """A send's ok lists every record its invoke asked to write (with what the client
     learned of each): a record it left out would be judged as never sent. (An invoke
     that lists none leaves them to its ok.)"""
@@ -186,17 +190,18 @@ class WriteIndex:
     def __init__(self, writes: pa.Table) -> None:
         self.writes = writes
         values, valid = ints(writes.column("value"))
-        self.values = hashed(pd.Index(values[valid]))
+        self.values = KeyIndex(values[valid])
         self.rows = np.flatnonzero(valid)
 
     def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
         at = positions_in(self.values, values, valid)
         return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
 
-    def keeping(self, columns: list[str]) -> WriteIndex:
-        """The same index, holding only `columns` of the writes."""
+    def keeping(self, columns: list[str],
+                then: Callable[[pa.Table], pa.Table] = lambda t: t) -> WriteIndex:
+        """The same index, holding only `columns` of the writes (made `then`)."""
         narrow = copy.copy(self)
-        narrow.writes = self.writes.select(columns)
+        narrow.writes = then(self.writes.select(columns))
         return narrow
 
 
@@ -219,13 +224,19 @@ def _reads(r: pa.Table, ops_t, ops_index, txns_t, txns_index,
     for start in range(0, r.num_rows, READ_SLICE):
         part, part_at = r.slice(start, READ_SLICE), at[start:start + READ_SLICE]
         cols = {c: part.column(c) for c in part.column_names if c != "source"}
-        cols.update(take_rows(ops_t, part_at, _READ_OPS))
-        cols.update(take_rows(txns_t, positions_of_strings(txns_index, cols["txn"]),
-                              ["outcome"], prefix="txn_"))
+        cols.update(_taken(ops_t, part_at, _READ_OPS))
+        cols.update(_taken(txns_t, positions_of_strings(txns_index, cols["txn"]),
+                           ["outcome"], prefix="txn_"))
         idx = written.rows_of(*ints(part.column("value")))
-        cols.update(take_rows(written.writes, idx, _READ_WRITES, prefix="w_"))
+        cols.update(_taken(written.writes, idx, _READ_WRITES, prefix="w_"))
         cols["w_found"] = pa.array(idx >= 0)
         yield ordered(cols, "reads")
+
+
+def _taken(table: pa.Table, idx: np.ndarray, cols: list[str], prefix: str = "") -> dict:
+    """take_rows, with the strings of a coded table (write_tables, for `each`) coded
+    by only those the rows use (compacted)."""
+    return {name: compacted(col) for name, col in take_rows(table, idx, cols, prefix).items()}
 
 
 def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.DataFrame:
@@ -399,10 +410,11 @@ def _steps_of(name: str, table: pa.Table) -> pa.Table:
         if fld.name == "kind":
             cols["kind"] = pa.repeat(pa.scalar(kind, pa.string()), n)
         elif column in table.column_names:
-            cols[fld.name] = table.column(column).cast(fld.type)
+            cols[fld.name] = table.column(column)
         else:
             cols[fld.name] = pa.nulls(n, fld.type)
-    return pa.table(cols, schema=SCHEMAS["steps"])
+    schema = as_types(SCHEMAS["steps"], cols)
+    return pa.table({f.name: cols[f.name].cast(f.type) for f in schema}, schema=schema)
 
 
 def _faults(path: Path, ops_t: pa.Table, near: list[int] | None) -> pd.DataFrame:
@@ -416,7 +428,7 @@ def _faults(path: Path, ops_t: pa.Table, near: list[int] | None) -> pd.DataFrame
     return faults
 
 
-def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index) -> pd.DataFrame:
+def _readers(polls: PollSpool, ops_t: pa.Table, ops_index: KeyIndex) -> pd.DataFrame:
     """(process, topic, partition) of every process that read a partition, in that
     order."""
     process = pc.dictionary_encode(ops_t.column("process").combine_chunks())
@@ -476,7 +488,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     memory.give_back()
     _check_isolations(path, ops_t)
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
-    ops_index = hashed(pd.Index(ints(ops_t.column("op"))[0]))
+    ops_index = KeyIndex(ints(ops_t.column("op"))[0])
 
     def write(name: str, table: pa.Table) -> pa.Table:
         if each is None or name in CHECK_READS:
@@ -581,6 +593,12 @@ def write_tables(path: Path, out: Path, spool: Path,
     del lists, txns, made, writes
     # Of the ops, the reads need only what they take (a quarter GB less at 10M events).
     ops_t = ops_t.select(_READ_OPS)
+    if each is not None:
+        # Checked in memory, the steps' strings are coded (spool.Steps.each): coded
+        # here once, what the reads take of their ops, transactions and writes are
+        # codes, not strings copied and then hashed again for every read.
+        ops_t, txns_t = coded(ops_t), coded(txns_t.select(["outcome"]))
+        write_index = write_index.keeping(_READ_WRITES, coded)
     memory.give_back()
     # From here, a partition's arrays are made and freed one after another.
     memory.keep_freed()

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .arrow import KeyIndex
 from .tables import ABORTED, READ_COMMITTED, SCHEMAS
 
 LOG_SCHEMA = SCHEMAS["steps"]
@@ -474,7 +475,7 @@ class PartitionLog:
         values = self.writes["value"].to_numpy(dtype=np.int64, na_value=NONE)
         distinct, which = np.unique(values, return_inverse=True)
         read = self.reads["value"].to_numpy(dtype=np.int64, na_value=NONE)
-        at = pd.Index(distinct).get_indexer(read)
+        at = KeyIndex(distinct).get_indexer(read)
         # NONE is a value a history may hold too (the least int64): a missing one is
         # matched by its mask, not by it.
         if self.reads["value"].hasnans:

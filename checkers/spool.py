@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import forked
-from .arrow import ints
+from .arrow import coded, ints
 from .tables import SCHEMAS
 
 BUCKETS = 32  # at most this many steps files (Spark tasks)
@@ -271,8 +271,11 @@ class Steps:
         return members
 
     def _bucket(self, members: list[int]) -> pa.Table:
-        tables = list(self._slices(members))
-        return pa.concat_tables(tables) if tables else SCHEMAS["steps"].empty_table()
+        """The steps of partitions `members`, their strings coded (arrow.coded): the
+        checks take them as codes (engine.steps_frame), and the reads come with some
+        of theirs coded already (flatten.write_tables)."""
+        tables = [coded(t) for t in self._slices(members)]
+        return pa.concat_tables(tables) if tables else coded(SCHEMAS["steps"].empty_table())
 
     def finish(self, folder: Path) -> int:
         """Write the bucket files into `folder`; return the number of steps."""

@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow import (
+    KeyIndex,
     empty_frame,
     equal_to,
-    hashed,
     ints,
     positions_in,
     positions_of_strings,
@@ -135,7 +135,7 @@ def shared_txn(ops: pd.DataFrame) -> str | None:
     return None
 
 
-def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.Index,
+def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: KeyIndex,
            written: WriteIndex) -> pd.DataFrame:
     """txns with each unknown transaction that a read_committed poll saw made committed.
 
@@ -158,7 +158,7 @@ def prove(txns: pd.DataFrame, polls: PollSpool, ops_t: pa.Table, ops_index: pd.I
                   zero_copy_only=False))
     values, valid = ints(w.column("value"))
     # Hashed once for every block (Arrow's is_in would hash them again for each).
-    cand_values = hashed(pd.Index(values[w_cand & valid]))
+    cand_values = KeyIndex(values[w_cand & valid])
     if not len(cand_values):
         return txns
     w_part, w_part_ok = ints(w.column("partition"))
