@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from . import memory
 from .history import cores
@@ -56,9 +56,20 @@ def _orphan_proof() -> None:
         os._exit(1)
 
 
-def _call(i: int) -> str:
-    assert _CALL is not None and _SPILL is not None
-    return _spill(_CALL(i), _SPILL / f"{os.getpid()}-{i}")
+class _Spilled(NamedTuple):
+    """A result that a worker wrote to a file (_spill)."""
+    path: str
+
+
+def _call(i: int):
+    assert _CALL is not None
+    result = _CALL(i)
+    if _SPILL is not None:
+        try:
+            return _spill(result, _SPILL / f"{os.getpid()}-{i}")
+        except OSError:  # no room there: through the pipe, as it is
+            pass
+    return result
 
 
 # A result's pickle and each of its buffers start at a multiple of this, in its file:
@@ -66,9 +77,9 @@ def _call(i: int) -> str:
 _ALIGN = 64
 
 
-def _spill(result, path: Path) -> str:
+def _spill(result, path: Path) -> _Spilled:
     """Write `result` to a file at `path` (its pickle, its arrays' buffers beside it,
-    out of band); return the path.
+    out of band); OSError, and no file, when it cannot.
 
     Through the pool's pipe, a bucket's rows (some 90 MB at 10M events) took 0.4-0.7 s
     to come back, copied and copied again, while the worker waited for the next
@@ -76,13 +87,17 @@ def _spill(result, path: Path) -> str:
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
     parts = [memoryview(data), *(b.raw() for b in buffers)]
-    with open(path, "wb") as out:
-        at = out.write(struct.pack(f"<{len(parts) + 1}Q", len(parts),
-                                   *(part.nbytes for part in parts)))
-        for part in parts:
-            at += out.write(bytes(-at % _ALIGN))
-            at += out.write(part)
-    return str(path)
+    try:
+        with open(path, "wb") as out:
+            at = out.write(struct.pack(f"<{len(parts) + 1}Q", len(parts),
+                                       *(part.nbytes for part in parts)))
+            for part in parts:
+                at += out.write(bytes(-at % _ALIGN))
+                at += out.write(part)
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+    return _Spilled(str(path))
 
 
 def _unspill(path: str):
@@ -112,12 +127,17 @@ def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
         return [func(item) for item in items]
     # The workers get each item's place, not the item: items need not pickle.
     _CALL, _PARENT = (lambda i: func(items[i])), os.getpid()
-    _SPILL = Path(tempfile.mkdtemp(prefix="onceproof-results-"))
+    try:
+        _SPILL = Path(tempfile.mkdtemp(prefix="onceproof-results-"))
+    except OSError:  # the results come through the pipe instead
+        _SPILL = None
     try:
         with ProcessPoolExecutor(max_workers=workers, initializer=_start_worker,
                                  mp_context=multiprocessing.get_context("fork")) as pool:
-            return [_unspill(path) for path in pool.map(_call, range(len(items)))]
+            return [_unspill(r.path) if isinstance(r, _Spilled) else r
+                    for r in pool.map(_call, range(len(items)))]
     finally:
         _CALL = None
-        shutil.rmtree(_SPILL, ignore_errors=True)
+        if _SPILL is not None:
+            shutil.rmtree(_SPILL, ignore_errors=True)
         _SPILL = None

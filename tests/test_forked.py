@@ -93,3 +93,20 @@ def test_results_come_back_whole_and_leave_no_files(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="item 2"):
         forked.each(fails, range(4), forked.MIN_WORK)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_results_come_through_the_pipe_where_no_file_can_be_written(monkeypatch):
+    """No folder for the results (a full or read-only TMPDIR), or a worker that cannot
+    write its file: the results come back all the same, through the pool's pipe."""
+    def no_folder(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(tempfile, "mkdtemp", no_folder)
+    got = forked.each(_result, range(3), forked.MIN_WORK)
+    assert [n for n, *_ in got] == [0, 1, 2] and got[2][2].equals(_result(2)[2])
+    monkeypatch.undo()
+
+    def no_file(result, path):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(forked, "_spill", no_file)
+    got = forked.each(_result, range(3), forked.MIN_WORK)
+    assert [n for n, *_ in got] == [0, 1, 2] and got[1][1].equals(_result(1)[1])
