@@ -305,7 +305,8 @@ REGISTRY: tuple[Anomaly, ...] = (
     # Consume-transform-produce (pipeline)
     _a("duplicate_output", "pipeline", """
        One input value is the source of two or more definitely committed outputs in one
-       output topic.""",
+       output topic, of one consumer group: an output is of the groups its transaction
+       sent offsets for, and one whose transaction sent none counts with every group.""",
        _w(**_AT, op="the second output's send", offset="", value="", txn="",
           detail="every output of that input"),
        roles={"output": "the send of each definitely committed output of the input (`op` is the "
@@ -317,8 +318,10 @@ REGISTRY: tuple[Anomaly, ...] = (
     _a("lost_input", "pipeline", """
        An input record, visible to read_committed readers, at an offset a group committed
        past with send_offsets in a committed transaction (and at or after the lowest
-       offset pipelines read in that partition), that no output which may be committed
-       names as its source. Assumes each input yields an output.""",
+       offset that group's pipelines read in that partition in a transaction, or any
+       pipeline's when no poll names the group), that no output of that group (or of a
+       transaction that sent no offsets) which may be committed names as its source.
+       Assumes each input yields an output.""",
        _w(**_AT, op="the send_offsets", offset="the input's", value="the input's",
           txn="the send_offsets' transaction", detail=""),
        roles={"send_offsets": "the send_offsets that committed past the input",

@@ -7,6 +7,12 @@ a read_committed poll saw), or its transaction committed and a read_committed po
 returned the record itself, whatever its send's outcome (a send that ended in info,
 say after a flush timeout, may still have appended it). Output *may be committed* when
 its status is committed or unknown.
+
+Each consumer group is a pipeline of its own: an output belongs to the groups whose
+offsets its transaction sent (send_offsets), and an input to the group that committed
+past it. Two groups that each turn an input into one output are no duplicate, and one
+group's output does not stand for another's lost one. An output whose transaction sent
+no offsets (or that has none) belongs to no known group: it counts with every group.
 """
 from __future__ import annotations
 
@@ -21,8 +27,8 @@ from .partlog import VIS_RC, PartitionLog, equals, row_at
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
 TYPES = of_family("pipeline")
-OUTPUT, INPUT = "output", "input"
-FACTS = (OUTPUT, INPUT)  # the fact rows finish reads (checkers/engine.py)
+OUTPUT, INPUT, TXN_GROUP = "output", "input", "txn_group"
+FACTS = (OUTPUT, INPUT, TXN_GROUP)  # the fact rows finish reads (checkers/engine.py)
 FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",
                 "a1", "a2", "a3")  # and only these columns of them
 
@@ -46,49 +52,102 @@ def _outputs(pl: PartitionLog) -> pd.DataFrame:
         "txn": w["txn"], "kind": kind, "a1": w["source"], "a2": w["invoke_index"]}))
 
 
-def _inputs(pl: PartitionLog) -> pd.DataFrame:
-    """One fact per input record the latest committed send_offsets went past: offset,
-    value, a3 = its send; the send_offsets as process, op, txn, kind = group, a1 =
-    offset."""
+def _inputs(pl: PartitionLog) -> list[pd.DataFrame]:
+    """Per group: one fact per input record its latest committed send_offsets went
+    past, from the lowest offset the group's pipelines read in a transaction (any
+    pipeline's, when no read names the group): offset, value, a3 = its send; the
+    send_offsets as process, op, txn, kind = group, a1 = offset."""
     o = pl.offsets
     sent = o[equals(o["f"], "send_offsets") & equals(o["status"], COMMITTED)
              & o["offset"].notna().to_numpy(dtype=bool)]
-    piped = pl.reads["offset"][pl.reads["txn"].notna().to_numpy(dtype=bool)]
-    if sent.empty or piped.empty:
-        return engine.facts(INPUT, pd.DataFrame())
-    c = row_at(sent, int(np.argmax(sent["offset"].to_numpy(dtype=float))))
-    start = piped.min()
+    r = pl.reads
+    in_txn = r["txn"].notna().to_numpy(dtype=bool)
+    if sent.empty or not in_txn.any():
+        return []
     rl = pl.read_log
-    is_input = ((rl["vis"] == VIS_RC).to_numpy(dtype=bool)
-                & (rl["offset"] >= start).to_numpy(dtype=bool)
-                & (rl["offset"] < c["offset"]).to_numpy(dtype=bool))
-    inputs = rl[is_input]
     # Each value's writer, as the read the read log kept for its offset names it: every
     # read of a value names the same one (the converter joins them by value).
-    writer = engine.ints(pl.reads["w_op"]).take(pl.read_log_reads[is_input])
-    return engine.facts(INPUT, pd.DataFrame({
-        "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
-        "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"],
-        "a3": pd.Series(writer, index=inputs.index)}))
+    writers = engine.ints(pl.reads["w_op"]).take(pl.read_log_reads)
+    visible = (rl["vis"] == VIS_RC).to_numpy(dtype=bool)
+    offsets = rl["offset"]
+    out = []
+    for group in sent["group"].dropna().unique():
+        mine = sent[equals(sent["group"], group)]
+        c = row_at(mine, int(np.argmax(mine["offset"].to_numpy(dtype=float))))
+        by_group = in_txn & equals(r["group"], group)
+        start = r["offset"][by_group if by_group.any() else in_txn].min()
+        is_input = (visible & (offsets >= start).to_numpy(dtype=bool)
+                    & (offsets < c["offset"]).to_numpy(dtype=bool))
+        inputs = rl[is_input]
+        out.append(engine.facts(INPUT, pd.DataFrame({
+            "offset": inputs["offset"], "value": inputs["value"], "process": c["process"],
+            "op": c["op"], "txn": c["txn"], "kind": c["group"], "a1": c["offset"],
+            "a3": pd.Series(writers[is_input], index=inputs.index)})))
+    return out
+
+
+def _txn_groups(pl: PartitionLog) -> pd.DataFrame:
+    """One fact per (transaction, group) a send_offsets here names, whatever its
+    outcome: txn, kind = group."""
+    o = pl.offsets
+    sent = o[equals(o["f"], "send_offsets") & o["txn"].notna().to_numpy(dtype=bool)
+             & o["group"].notna().to_numpy(dtype=bool)]
+    pairs = pd.DataFrame({"txn": sent["txn"].astype(object), "kind": sent["group"].astype(object)})
+    return engine.facts(TXN_GROUP, pairs.drop_duplicates())
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    out = [_inputs(pl)] if len(pl.offsets) else []
+    out = [*_inputs(pl), _txn_groups(pl)] if len(pl.offsets) else []
     if pl.writes["source"].notna().any():
         out.append(_outputs(pl))
     return out
 
 
+def _groups_of(facts: pd.DataFrame) -> dict[str, set[str]]:
+    """Each transaction's groups: those its send_offsets named (TXN_GROUP facts)."""
+    pairs = facts.iloc[np.flatnonzero(equals(facts["row"], TXN_GROUP))]
+    groups: dict[str, set[str]] = {}
+    for txn, group in zip(pairs["txn"].to_numpy(dtype=object),
+                          pairs["kind"].to_numpy(dtype=object)):
+        groups.setdefault(txn, set()).add(group)
+    return groups
+
+
+def _of_one_group(outputs: pd.DataFrame, groups: dict[str, set[str]]) -> pd.DataFrame:
+    """The outputs (of one input, in one topic) that one group made twice or more:
+    those of the groups their transactions name that have two or more, with those of
+    no known group; all of them when no output names a group."""
+    named = [groups.get(t, set()) if isinstance(t, str) else set() for t in outputs["txn"]]
+    unknown = np.array([not g for g in named])
+    counts: dict[str, int] = {}
+    for g in named:
+        for group in g:
+            counts[group] = counts.get(group, 0) + 1
+    if not counts:
+        return outputs
+    twice = {group for group, n in counts.items() if n + unknown.sum() >= 2}
+    keep = unknown | np.array([bool(g & twice) for g in named])
+    return outputs[keep] if twice else outputs.iloc[:0]
+
+
 def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     """duplicate_output: one input value appears as the source of two or more
-    definitely committed output records of one output topic: the pipeline processed
-    the input twice and both results were committed."""
+    definitely committed output records of one output topic, of one consumer group:
+    that pipeline processed the input twice and both results were committed. An
+    output's groups are those its transaction sent offsets for; one of a transaction
+    that sent none counts with every group."""
     # Rows picked by their keys alone, then whole: at 10M events, 2.6M fact rows.
     sure = np.flatnonzero(equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED))
     twice = facts[["topic", "a1"]].iloc[sure].duplicated(keep=False).to_numpy()
     many = facts.iloc[sure[twice]].sort_values("a2")
     if many.empty:
         return []
+    groups = _groups_of(facts)
+    if groups:
+        many = pd.concat([_of_one_group(g, groups)
+                          for _, g in many.groupby(["topic", "a1"], sort=False)])
+        if many.empty:
+            return []
     inputs = facts.iloc[np.flatnonzero(equals(facts["row"], INPUT)
                                        & facts["value"].notna().to_numpy(dtype=bool))]
     input_writer = dict(zip(inputs["value"].to_numpy(dtype=np.int64),
@@ -113,15 +172,33 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
 def lost_inputs(facts: pd.DataFrame) -> list[dict]:
     """lost_input: an input record, visible to read_committed readers, at an offset a
     pipeline's consumer group committed past (send_offsets in a committed transaction),
-    at or after the lowest offset pipelines read in that partition, that no output which
-    may be committed names as its source. Assumes every input yields an output."""
+    at or after the lowest offset that group's pipelines read in that partition, that
+    no output of that group (or of no known group) which may be committed names as its
+    source. Assumes every input yields an output."""
     source = facts["a1"]
-    named = (equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED, UNKNOWN)
-             & source.notna().to_numpy(dtype=bool))
+    named = np.flatnonzero(equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED, UNKNOWN)
+                           & source.notna().to_numpy(dtype=bool))
     produced = source.to_numpy(dtype=np.int64, na_value=0)[named]
     inputs = np.flatnonzero(equals(facts["row"], INPUT))
     values = facts["value"].iloc[inputs].to_numpy(dtype=np.int64)
-    lost = facts.iloc[inputs[~np.isin(values, produced)]]
+    pairs = facts.iloc[np.flatnonzero(equals(facts["row"], TXN_GROUP))]
+    # Each output's groups (its transaction's); an output of no known group counts
+    # for every group.
+    made = pd.DataFrame({"value": produced,
+                         "txn": facts["txn"].to_numpy(dtype=object)[named]}).merge(
+        # A transaction's send_offsets are in each partition they name: once each.
+        pd.DataFrame({"txn": pairs["txn"].to_numpy(dtype=object),
+                      "group": pairs["kind"].to_numpy(dtype=object)}).drop_duplicates(),
+        on="txn", how="left")
+    of_none = made["group"].isna().to_numpy(dtype=bool)
+    missing = ~np.isin(values, made["value"].to_numpy(dtype=np.int64)[of_none])
+    group_of = facts["kind"].iloc[inputs].to_numpy(dtype=object)
+    for group in pd.unique(group_of):
+        here = group_of == group
+        theirs = made["value"].to_numpy(dtype=np.int64)[
+            (made["group"] == group).to_numpy(dtype=bool)]
+        missing[here] &= ~np.isin(values[here], theirs)
+    lost = facts.iloc[inputs[missing]]
     return [{"type": "lost_input", "severity": VIOLATION, "process": x["process"],
              "op": num(x["op"]), "topic": x["topic"], "partition": num(x["partition"]),
              "offset": num(x["offset"]), "value": num(x["value"]), "txn": x["txn"],

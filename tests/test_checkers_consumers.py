@@ -300,6 +300,62 @@ def test_lost_input(tmp_path):
             txn="T1")
 
 
+def test_two_groups_each_turning_an_input_into_one_output_are_no_duplicate(tmp_path):
+    """Each consumer group is a pipeline of its own: group g's T1 and group h's T2 each
+    make one output of inputs 1 and 2, into the same topic."""
+    h = History(tmp_path / "h.jsonl")
+    _pipeline(h, [(101, 1), (102, 2)])
+    h.begin("qq", "T2")
+    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
+    h.send("qq", [(0, 103, 2), (0, 104, 3)], txn="T2", topic="out", sources=[1, 2])
+    h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
+    h.commit("qq", "T2")
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+    assert v.stats["txns_by_outcome"] == {"committed": 2}
+
+
+def test_one_groups_output_does_not_stand_for_anothers_lost_input(tmp_path):
+    """Group h committed past inputs 1 and 2 but made an output of 1 only; group g's
+    output of 2 is not h's."""
+    h = History(tmp_path / "h.jsonl")
+    _pipeline(h, [(101, 1), (102, 2)])
+    h.begin("qq", "T2")
+    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
+    h.send("qq", [(0, 103, 2)], txn="T2", topic="out", sources=[1])
+    offsets = h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
+    h.commit("qq", "T2")
+    v = verdict(h)
+    assert found(v) == {"lost_input"}
+    assert v.counts["lost_input"] == 1
+    ex = example(v, "lost_input", process="qq", op=offsets, topic="in", partition=0,
+                 offset=1, value=2, txn="T2")
+    assert "group h committed offset 2" in ex["detail"]
+
+
+def test_a_group_that_made_an_output_twice_is_a_duplicate_beside_another_group(tmp_path):
+    """Group g made input 1 twice (T1, then T3 of another instance); group h's one
+    output of it (T2) is not counted among g's."""
+    h = History(tmp_path / "h.jsonl")
+    first = _pipeline(h, [(101, 1), (102, 2)])
+    h.begin("qq", "T2")
+    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
+    h.send("qq", [(0, 103, 2), (0, 104, 3)], txn="T2", topic="out", sources=[1, 2])
+    h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
+    h.commit("qq", "T2")
+    h.begin("pp2", "T3")
+    h.poll("pp2", [(0, 0, 1)], txn="T3", topic="in")
+    again = h.send("pp2", [(0, 105, 4)], txn="T3", topic="out", sources=[1])
+    h.send_offsets("pp2", "T3", "g", [(0, 2)], topic="in")
+    h.commit("pp2", "T3")
+    v = verdict(h)
+    assert found(v) == {"duplicate_output"}
+    ex = example(v, "duplicate_output", process="pp2", op=again, topic="out", value=105,
+                 txn="T3")
+    assert "input value 1 has 2 committed outputs" in ex["detail"]
+    assert {w["op"] for w in ex["witnesses"] if w["role"] == "output"} == {first, again}
+
+
 def test_a_pipeline_with_one_committed_output_per_input_is_valid(tmp_path):
     h = History(tmp_path / "h.jsonl")
     _pipeline(h, [(101, 1), (102, 2)])

@@ -375,25 +375,38 @@ def _sc_rewind_mismatch(s: _Script) -> None:
     s.poll("x1", [(_x(0), offs[2], vs[2])])
 
 
-def _pipe_scenario(s: _Script, outputs: Callable[[list[int]], list[int]]) -> None:
+def _pipe_scenario(s: _Script, outputs: Callable[[list[int]], list[int]],
+                   beside: bool = False) -> None:
+    """Pipeline xp (group g-xp) turns inputs into `outputs(inputs)`, in one committed
+    transaction; `beside`: then pipeline xq, of group g-xq, turns each input into one
+    output in the same topic, which is no duplicate of xp's and stands for none of
+    its lost ones (each group is a pipeline of its own, checkers/pipeline.py)."""
     ins = [s.val() for _ in range(2)]
     offs = [s.append(_x(0), v) for v in ins]
     for v, off in zip(ins, offs):
         s.send("x0", _x(0), v, off)
-    s.assign("xp", [_x(0)])
-    s.op("xp", "begin_txn", {"tid": "tx-xp"}, txn="xp/1")
-    s.poll("xp", [(_x(0), o, v) for o, v in zip(offs, ins)], txn="xp/1", group="g-xp")
+    _pipe_txn(s, "xp", ins, offs, outputs(ins))
+    if beside:
+        _pipe_txn(s, "xq", ins, offs, ins)
+
+
+def _pipe_txn(s: _Script, process: str, ins: list[int], offs: list[int],
+              sources: list[int]) -> None:
+    txn, group = f"{process}/1", f"g-{process}"
+    s.assign(process, [_x(0)])
+    s.op(process, "begin_txn", {"tid": f"tx-{process}"}, txn=txn)
+    s.poll(process, [(_x(0), o, v) for o, v in zip(offs, ins)], txn=txn, group=group)
     recs, done = [], []
-    for src in outputs(ins):
+    for src in sources:
         v = s.val()
         tp = (X_OUT, 0)
         recs.append(record(tp, v, source=src))
-        done.append(record(tp, v, s.append(tp, v, "xp/1"), source=src))
-    s.op("xp", "send", {"records": recs}, {"records": done}, txn="xp/1")
-    s.op("xp", "send_offsets", {"group": "g-xp", "offsets": offset_list({_x(0): offs[-1] + 1})},
-         txn="xp/1")
-    s.op("xp", "commit_txn", {}, txn="xp/1")
-    s.end("xp/1", commit=True)
+        done.append(record(tp, v, s.append(tp, v, txn), source=src))
+    s.op(process, "send", {"records": recs}, {"records": done}, txn=txn)
+    s.op(process, "send_offsets", {"group": group, "offsets": offset_list({_x(0): offs[-1] + 1})},
+         txn=txn)
+    s.op(process, "commit_txn", {}, txn=txn)
+    s.end(txn, commit=True)
 
 
 def _sc_duplicate_output(s: _Script) -> None:
@@ -401,7 +414,7 @@ def _sc_duplicate_output(s: _Script) -> None:
 
 
 def _sc_lost_input(s: _Script) -> None:
-    _pipe_scenario(s, lambda ins: [ins[0]])
+    _pipe_scenario(s, lambda ins: [ins[0]], beside=True)
 
 
 def _sc_unattributed_read(s: _Script) -> None:
