@@ -163,11 +163,11 @@ def compacted(col):
         new, col.dictionary.take(pa.array(np.flatnonzero(used), type=pa.int64())))
 
 
-def as_types(schema: pa.Schema, columns) -> pa.Schema:
+def as_types(schema: pa.Schema, columns: dict) -> pa.Schema:
     """`schema`, but a string field whose column (in `columns`, by name) is coded keeps
     that column's dictionary type: a cast to the schema would decode it."""
     def kept(field: pa.Field) -> pa.Field:
-        col = columns.get(field.name) if hasattr(columns, "get") else None
+        col = columns.get(field.name)
         if (col is not None and pa.types.is_dictionary(col.type)
                 and col.type.value_type == field.type):
             return field.with_type(col.type)

@@ -103,14 +103,12 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     return out
 
 
-def _groups_of(facts: pd.DataFrame) -> dict[str, set[str]]:
-    """Each transaction's groups: those its send_offsets named (TXN_GROUP facts)."""
+def _group_pairs(facts: pd.DataFrame) -> pd.DataFrame:
+    """txn, group: each transaction's groups, those its send_offsets named (TXN_GROUP
+    facts), once each (a transaction's send_offsets are in each partition they name)."""
     pairs = facts.iloc[np.flatnonzero(equals(facts["row"], TXN_GROUP))]
-    groups: dict[str, set[str]] = {}
-    for txn, group in zip(pairs["txn"].to_numpy(dtype=object),
-                          pairs["kind"].to_numpy(dtype=object)):
-        groups.setdefault(txn, set()).add(group)
-    return groups
+    return pd.DataFrame({"txn": pairs["txn"].to_numpy(dtype=object),
+                         "group": pairs["kind"].to_numpy(dtype=object)}).drop_duplicates()
 
 
 def _of_one_group(outputs: pd.DataFrame, groups: dict[str, set[str]]) -> pd.DataFrame:
@@ -126,8 +124,9 @@ def _of_one_group(outputs: pd.DataFrame, groups: dict[str, set[str]]) -> pd.Data
     if not counts:
         return outputs
     twice = {group for group, n in counts.items() if n + unknown.sum() >= 2}
-    keep = unknown | np.array([bool(g & twice) for g in named])
-    return outputs[keep] if twice else outputs.iloc[:0]
+    if not twice:
+        return outputs.iloc[:0]
+    return outputs[unknown | np.array([bool(g & twice) for g in named])]
 
 
 def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
@@ -142,7 +141,11 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     many = facts.iloc[sure[twice]].sort_values("a2")
     if many.empty:
         return []
-    groups = _groups_of(facts)
+    pairs = _group_pairs(facts)
+    pairs = pairs[pairs["txn"].isin(many["txn"]).to_numpy(dtype=bool)]
+    groups: dict[str, set[str]] = {}
+    for txn, group in zip(pairs["txn"], pairs["group"]):
+        groups.setdefault(txn, set()).add(group)
     if groups:
         many = pd.concat([_of_one_group(g, groups)
                           for _, g in many.groupby(["topic", "a1"], sort=False)])
@@ -181,15 +184,11 @@ def lost_inputs(facts: pd.DataFrame) -> list[dict]:
     produced = source.to_numpy(dtype=np.int64, na_value=0)[named]
     inputs = np.flatnonzero(equals(facts["row"], INPUT))
     values = facts["value"].iloc[inputs].to_numpy(dtype=np.int64)
-    pairs = facts.iloc[np.flatnonzero(equals(facts["row"], TXN_GROUP))]
     # Each output's groups (its transaction's); an output of no known group counts
     # for every group.
     made = pd.DataFrame({"value": produced,
                          "txn": facts["txn"].to_numpy(dtype=object)[named]}).merge(
-        # A transaction's send_offsets are in each partition they name: once each.
-        pd.DataFrame({"txn": pairs["txn"].to_numpy(dtype=object),
-                      "group": pairs["kind"].to_numpy(dtype=object)}).drop_duplicates(),
-        on="txn", how="left")
+        _group_pairs(facts), on="txn", how="left")
     of_none = made["group"].isna().to_numpy(dtype=bool)
     missing = ~np.isin(values, made["value"].to_numpy(dtype=np.int64)[of_none])
     group_of = facts["kind"].iloc[inputs].to_numpy(dtype=object)

@@ -266,24 +266,29 @@ def _pipeline(h, outputs):
     """Inputs 1 and 2 in topic `in`; transaction T1 of pp reads both and commits the
     consumer offset 2, writing `outputs` as (value, source) to topic `out`."""
     h.send("p0", [(0, 1, 0), (0, 2, 1)], topic="in")
-    h.begin("pp", "T1")
-    h.poll("pp", [(0, 0, 1), (0, 1, 2)], txn="T1", topic="in")
-    op = h.send("pp", [(0, v, i) for i, (v, _) in enumerate(outputs)], txn="T1",
-                topic="out", sources=[s for _, s in outputs])
-    h.send_offsets("pp", "T1", "g", [(0, 2)], topic="in")
-    h.commit("pp", "T1")
+    op, _ = _transform(h, "pp", "T1", "g", [(0, 1), (1, 2)],
+                       [(i, v, src) for i, (v, src) in enumerate(outputs)])
     return op
+
+
+def _transform(h, process, txn, group, polled, outputs, poll_group=None):
+    """Transaction txn of `process` polls `polled` ((offset, value) in `in`), writes
+    `outputs` ((offset, value, source) in `out`), sends `group`'s offset 2 of `in` and
+    commits; returns the send and the send_offsets."""
+    h.begin(process, txn)
+    h.poll(process, [(0, o, v) for o, v in polled], txn=txn, topic="in", group=poll_group)
+    op = h.send(process, [(0, v, o) for o, v, _ in outputs], txn=txn, topic="out",
+                sources=[src for _, _, src in outputs])
+    offsets = h.send_offsets(process, txn, group, [(0, 2)], topic="in")
+    h.commit(process, txn)
+    return op, offsets
 
 
 def test_duplicate_output(tmp_path):
     h = History(tmp_path / "h.jsonl")
     _pipeline(h, [(101, 1), (102, 2)])
     # A second instance redoes input 1 and commits its output again.
-    h.begin("pp2", "T2")
-    h.poll("pp2", [(0, 0, 1)], txn="T2", topic="in")
-    again = h.send("pp2", [(0, 103, 2)], txn="T2", topic="out", sources=[1])
-    h.send_offsets("pp2", "T2", "g", [(0, 2)], topic="in")
-    h.commit("pp2", "T2")
+    again, _ = _transform(h, "pp2", "T2", "g", [(0, 1)], [(2, 103, 1)])
     v = verdict(h)
     assert found(v) == {"duplicate_output"}
     ex = example(v, "duplicate_output", process="pp2", op=again, topic="out", offset=2,
@@ -305,11 +310,8 @@ def test_two_groups_each_turning_an_input_into_one_output_are_no_duplicate(tmp_p
     make one output of inputs 1 and 2, into the same topic."""
     h = History(tmp_path / "h.jsonl")
     _pipeline(h, [(101, 1), (102, 2)])
-    h.begin("qq", "T2")
-    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
-    h.send("qq", [(0, 103, 2), (0, 104, 3)], txn="T2", topic="out", sources=[1, 2])
-    h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
-    h.commit("qq", "T2")
+    _transform(h, "qq", "T2", "h", [(0, 1), (1, 2)], [(2, 103, 1), (3, 104, 2)],
+               poll_group="h")
     v = verdict(h)
     assert v.valid and found(v) == set()
     assert v.stats["txns_by_outcome"] == {"committed": 2}
@@ -320,11 +322,8 @@ def test_one_groups_output_does_not_stand_for_anothers_lost_input(tmp_path):
     output of 2 is not h's."""
     h = History(tmp_path / "h.jsonl")
     _pipeline(h, [(101, 1), (102, 2)])
-    h.begin("qq", "T2")
-    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
-    h.send("qq", [(0, 103, 2)], txn="T2", topic="out", sources=[1])
-    offsets = h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
-    h.commit("qq", "T2")
+    _, offsets = _transform(h, "qq", "T2", "h", [(0, 1), (1, 2)], [(2, 103, 1)],
+                            poll_group="h")
     v = verdict(h)
     assert found(v) == {"lost_input"}
     assert v.counts["lost_input"] == 1
@@ -338,16 +337,9 @@ def test_a_group_that_made_an_output_twice_is_a_duplicate_beside_another_group(t
     output of it (T2) is not counted among g's."""
     h = History(tmp_path / "h.jsonl")
     first = _pipeline(h, [(101, 1), (102, 2)])
-    h.begin("qq", "T2")
-    h.poll("qq", [(0, 0, 1), (0, 1, 2)], txn="T2", topic="in", group="h")
-    h.send("qq", [(0, 103, 2), (0, 104, 3)], txn="T2", topic="out", sources=[1, 2])
-    h.send_offsets("qq", "T2", "h", [(0, 2)], topic="in")
-    h.commit("qq", "T2")
-    h.begin("pp2", "T3")
-    h.poll("pp2", [(0, 0, 1)], txn="T3", topic="in")
-    again = h.send("pp2", [(0, 105, 4)], txn="T3", topic="out", sources=[1])
-    h.send_offsets("pp2", "T3", "g", [(0, 2)], topic="in")
-    h.commit("pp2", "T3")
+    _transform(h, "qq", "T2", "h", [(0, 1), (1, 2)], [(2, 103, 1), (3, 104, 2)],
+               poll_group="h")
+    again, _ = _transform(h, "pp2", "T3", "g", [(0, 1)], [(4, 105, 1)])
     v = verdict(h)
     assert found(v) == {"duplicate_output"}
     ex = example(v, "duplicate_output", process="pp2", op=again, topic="out", value=105,
