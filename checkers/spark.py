@@ -58,6 +58,8 @@ def session(master: str | None = None) -> SparkSession:
         .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
+        # Workers forked with the checkers imported (checkers/spark_daemon.py).
+        .config("spark.python.daemon.module", "onceproof.checkers.spark_daemon")
         .config("spark.driver.extraJavaOptions",
                 f"-Dlog4j2.configurationFile=file:{_quiet_log_config()}")
     )

@@ -479,3 +479,17 @@ def test_cli_exit_codes(sink, tmp_path):
     assert garbled.exit_code == 2
     assert "broken.jsonl:1: missing required field 'op'" in garbled.output
     assert "Traceback" not in garbled.output
+
+
+def test_spark_workers_are_forked_with_the_checkers_imported(sink, spark):
+    """The daemon Spark forks its Python workers from is checkers/spark_daemon.py, and
+    it has pyarrow and pandas loaded before any worker is forked: a worker Spark starts
+    after another idled out does not import them again."""
+    import psutil
+    check(sink, spark=spark, local=False)
+    daemons = [p for p in psutil.Process().children(recursive=True)
+               if "onceproof.checkers.spark_daemon" in p.cmdline()
+               and "onceproof.checkers.spark_daemon" not in p.parent().cmdline()]
+    assert len(daemons) == 1, [p.cmdline() for p in daemons]
+    maps = Path(f"/proc/{daemons[0].pid}/maps").read_text()
+    assert "libarrow" in maps and "pandas" in maps
