@@ -139,7 +139,12 @@ REGISTRY: tuple[Anomaly, ...] = (
                             "high watermark"}),
     _a("hanging_txn", "loss", """
        The last watermarks read show a partition's last stable offset below its high
-       watermark: a transaction never finished.""",
+       watermark, and no transaction that may hold it there can still be open as Kafka
+       allows: they were read more than its transaction timeout plus 30 s after its
+       last op (the timeout its begin_txn names, else Kafka's default, 60 s; the
+       coordinator aborts a transaction that long after it began). A transaction never
+       finished. Read sooner, the partition is not judged; held by a record written
+       outside any transaction, or by none the history knows of, at once.""",
        _w(**_AT, op="the watermarks op", offset="the last stable offset",
           txn="the open transaction, when a write known at that offset names it",
           detail="the high watermark, and the open transaction and its producer (or the "

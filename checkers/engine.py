@@ -28,7 +28,10 @@ reads; those of its string columns named in `FACT_CODED` may come as Categorical
 its frames use OUT_SCHEMA, built with `anomalies(...)` and `facts(...)` below. A
 family that judges whole ops, which belong to no partition (checkers/liveness.py), has
 instead `from_ops(read) -> pandas frame`, run on the driver, where read(columns) gives
-those columns of the ops table (Arrow, read_table).
+those columns of the ops table (Arrow, read_table). A finisher that judges its facts
+against the ops too (checkers/loss.py: how long a transaction had been open) names the
+columns it reads in `OPS_COLUMNS` and is called `finish(facts, read)`, read(columns)
+giving them in pandas (read_frame), for it to call only when it has facts to judge.
 """
 from __future__ import annotations
 
@@ -650,8 +653,12 @@ def collect(tables, families, local: bool = False, rows: list[Rows] | None = Non
             done = fam.from_ops(lambda columns: read_table(Path(tables.dir) / "ops.parquet",
                                                            columns))
         else:
-            done = fam.finish(fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None),
-                                           getattr(fam, "FACT_CODED", ())))
+            facts = fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None),
+                                 getattr(fam, "FACT_CODED", ()))
+            # A finisher that judges its facts against ops reads them when it has some.
+            done = (fam.finish(facts, lambda columns: read_frame(
+                        Path(tables.dir) / "ops.parquet", columns))
+                    if hasattr(fam, "OPS_COLUMNS") else fam.finish(facts))
         return conform(done) if len(done) else None
 
     # The families' cross-partition work is independent: one process per core too.

@@ -105,7 +105,7 @@ def _ops(events: pa.Table) -> pa.Table:
         "error": pc.coalesce(d["error"], inv.column("error")), "isolation": iso,
         "group": inv.column("group"), "tid": inv.column("tid"),
         "n_records": pc.fill_null(inv.column("n_records"), 0),
-        "timeout_ms": inv.column("timeout_ms"),
+        "timeout_ms": inv.column("timeout_ms"), "txn_timeout_ms": inv.column("txn_timeout_ms"),
     }
     return pa.table(cols).cast(SCHEMAS["ops"])
 

@@ -70,6 +70,7 @@ VALUE = pa.struct([
     ("records", pa.list_(RECORD)), ("isolation", S), ("group", S), ("tid", S),
     ("positions", pa.list_(POSITION)), ("partitions", pa.list_(PARTITION)),
     ("offsets", pa.list_(POSITION)), ("timeout_ms", I), ("kept", pa.list_(PARTITION)),
+    ("txn_timeout_ms", I),
 ])
 EVENT = pa.schema([
     ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),

@@ -7,11 +7,24 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import VIOLATION, num, of_family, plain_witnesses, witnesses
 from .partlog import PartitionLog, each_row, equals
 from .tables import COMMITTED
 
 TYPES = of_family("loss")
+HANG_FACT = "hang"
+FACTS = (HANG_FACT,)  # the fact rows finish reads (checkers/engine.py)
+# The columns finish reads of the ops table, when there are any such facts.
+OPS_COLUMNS = ("op", "f", "txn", "invoke_time", "complete_time", "txn_timeout_ms")
+# Kafka's producer default for transaction.timeout.ms, for a begin_txn naming none.
+DEFAULT_TXN_TIMEOUT_MS = 60_000
+# What the coordinator may take past a transaction's timeout to abort it: it looks for
+# timed-out transactions every 10 s by default
+# (transaction.abort.timed.out.transaction.cleanup.interval.ms), then writes markers.
+ABORT_GRACE_S = 30
+_ANOMALY = ("type", "severity", "process", "op", "topic", "partition", "offset", "txn",
+            "detail")
+FACT_COLUMNS = (*_ANOMALY, "witnesses", "txn2")  # and only these columns of them
 
 
 def _where(w) -> str:
@@ -70,30 +83,35 @@ def unseen(pl: PartitionLog, cov: pd.DataFrame) -> list[dict]:
     return out
 
 
-def hanging(pl: PartitionLog) -> list[dict]:
-    """hanging_txn: the last watermarks read (after the final phase) show the
-    partition's last stable offset below its high watermark, so some transaction in it
-    never finished and read_committed consumers are stuck behind it. The last stable
-    offset is where the earliest open transaction's first record lies: the write known
-    at that offset names the open transaction and its producer; else the transactional
-    writes that did not commit and may lie there are named as candidates."""
+def hanging(pl: PartitionLog) -> pd.DataFrame:
+    """hanging_txn, as facts for `finish` to judge against time: the last watermarks
+    read show the partition's last stable offset below its high watermark, so some
+    transaction in it was still open and read_committed consumers were stuck behind
+    it. The last stable offset is where the earliest open transaction's first record
+    lies: the write known at that offset names the open transaction and its producer;
+    else the transactional writes that did not commit and may lie there are named as
+    candidates. One fact per transaction that may hold it open (txn2), or one with
+    none when no transaction can: a record written outside any, or none known there."""
     last = pl.last_watermarks
     if last is None:
-        return []
+        return engine.facts(HANG_FACT, pd.DataFrame())
     if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
-        return []
+        return engine.facts(HANG_FACT, pd.DataFrame())
     lso = float(last["lso"])
-    txn, who, writers = _open_at(pl, lso)
-    return [{"type": "hanging_txn", "severity": VIOLATION, "process": last["process"],
-             "op": num(last["op"]), "offset": num(last["lso"]), "txn": txn,
-             "witnesses": witnesses((last["op"], "watermarks"), *writers),
-             "detail": f"last stable offset {num(last['lso'])} < high watermark "
-                       f"{num(last['high'])} at the end; {who}"}]
+    txn, who, writers, holders = _open_at(pl, lso)
+    row = {"type": "hanging_txn", "severity": VIOLATION, "process": last["process"],
+           "op": num(last["op"]), "offset": num(last["lso"]), "txn": txn,
+           "witnesses": witnesses((last["op"], "watermarks"), *writers),
+           "detail": f"last stable offset {num(last['lso'])} < high watermark "
+                     f"{num(last['high'])} at the end; {who}"}
+    return engine.facts(HANG_FACT, pd.DataFrame([{**row, "txn2": t} for t in holders]
+                                                or [row]))
 
 
-def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str, list[tuple]]:
+def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str, list[tuple], list[str]]:
     """The transaction whose record is at offset `lso`, words naming it or the
-    candidates for it, and (op, role) of the sends named."""
+    candidates for it, (op, role) of the sends named, and every transaction that may
+    hold the offset."""
     w, b = pl.writes, pl.write_bounds
     known = b["known"].to_numpy(dtype=float, na_value=np.nan)
     at = np.flatnonzero(known == lso)
@@ -102,25 +120,72 @@ def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str, list[tuple]
         mine = [(row["op"], "writer")]
         if pd.isna(row["txn"]):
             return (None, f"the record there was written by {row['process']} outside any "
-                    "transaction", mine)
-        return row["txn"], f"the open transaction is {row['txn']} of {row['process']}", mine
+                    "transaction", mine, [])
+        return (row["txn"], f"the open transaction is {row['txn']} of {row['process']}", mine,
+                [row["txn"]])
     lo, hi = b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)
     maybe = (w["txn"].notna() & (w["txn_outcome"] != COMMITTED)).to_numpy(dtype=bool) & \
         np.isnan(known) & (lo <= lso) & (np.isnan(hi) | (hi >= lso))
     cand: dict = {}  # "txn of process" -> the first send of it that may lie there
+    holders: dict = {}
     for t, p, op in zip(w["txn"][maybe], w["process"][maybe], w["op"][maybe]):
         cand.setdefault(f"{t} of {p}", op)
+        holders.setdefault(t, None)
     txns = sorted(cand)
     if not txns:
-        return None, "no write of this history is known to lie there", []
+        return None, "no write of this history is known to lie there", [], []
     shown = ", ".join(txns[:3]) + (f" and {len(txns) - 3} more" if len(txns) > 3 else "")
     return (None, f"no write is known at that offset; transactions that may have one there: "
-            f"{shown}", [(cand[t], "candidate writer") for t in txns[:3]])
+            f"{shown}", [(cand[t], "candidate writer") for t in txns[:3]], list(holders))
+
+
+def finish(facts: pd.DataFrame, ops) -> pd.DataFrame:
+    """hanging_txn where the last watermarks were read too late for any transaction
+    that may hold the partition's last stable offset to be still open as Kafka allows:
+    more than its transaction timeout plus ABORT_GRACE_S after its last op. The
+    transaction timeout is the one its begin_txn names (`txn_timeout_ms`), else
+    Kafka's default; a transaction's coordinator aborts it that long after it began.
+    Read sooner, an open transaction holds the offset by right: nothing is reported. A
+    partition held by no transaction (a record written outside any, or none known) is
+    reported as it is: no timeout ends that."""
+    if not len(facts):
+        return engine.anomalies([])
+    table = ops(list(OPS_COLUMNS))
+    due = _deadlines(table, set(facts["txn2"].dropna()))
+    marks = table[table["op"].isin(facts["op"].dropna()).to_numpy(dtype=bool)]
+    read_at = {int(op): t for op, t in zip(marks["op"], marks["invoke_time"]) if pd.notna(t)}
+    out = []
+    for _, group in facts.groupby(["topic", "partition"], sort=False, dropna=False):
+        first = group.iloc[0]
+        at = read_at.get(int(first["op"]))
+        held = list(group["txn2"].dropna())
+        if held and (at is None or any(t not in due or at <= due[t] for t in held)):
+            continue
+        out.append({**{c: first[c] for c in _ANOMALY}, "witnesses": witnesses(
+            *((w["op"], w["role"]) for w in plain_witnesses(first["witnesses"]) or ()))})
+    return engine.anomalies(out)
+
+
+def _deadlines(ops: pd.DataFrame, txns: set[str]) -> dict[str, int]:
+    """When each transaction must have ended, in the history's clock (ns): the last
+    event of its ops, plus its transaction timeout and ABORT_GRACE_S."""
+    last: dict[str, int] = {}
+    timeout: dict[str, int] = {}
+    mine = ops[ops["txn"].isin(txns).to_numpy(dtype=bool)]
+    for txn, f, inv, done, ms in zip(mine["txn"], mine["f"], mine["invoke_time"],
+                                     mine["complete_time"], mine["txn_timeout_ms"]):
+        for t in (inv, done):
+            if pd.notna(t):
+                last[txn] = max(last.get(txn, int(t)), int(t))
+        if f == "begin_txn" and pd.notna(ms):
+            timeout[txn] = max(timeout.get(txn, 0), int(ms))
+    return {txn: t + (timeout.get(txn, DEFAULT_TXN_TIMEOUT_MS) + ABORT_GRACE_S * 1000)
+            * 1_000_000 for txn, t in last.items()}
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     cov = coverage.of(pl)
-    return [engine.anomalies(lost_writes(cov) + unseen(pl, cov) + hanging(pl))]
+    return [engine.anomalies(lost_writes(cov) + unseen(pl, cov)), hanging(pl)]
 
 
 def find(tables):

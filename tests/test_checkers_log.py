@@ -200,6 +200,57 @@ def test_hanging_txn(tmp_path):
     example(v, "hanging_txn", op=wm, partition=0, offset=0)
 
 
+def test_no_hanging_txn_while_the_transaction_may_still_be_open(tmp_path):
+    """Watermarks read 5 s after a producer left its transaction open: Kafka aborts it
+    only after its transaction timeout (60 s by default), so an open transaction then
+    holds the last stable offset by right."""
+    h = History(tmp_path / "h.jsonl")
+    h.begin("p1", "T")
+    h.send("p1", [(0, 1, 0)], txn="T")
+    h.watermarks("final", [(0, 0, 1, 0)], settled_s=5)
+    v = verdict(h)
+    assert found(v) == set(), v.summary()
+
+
+def test_a_hanging_transaction_is_judged_by_the_timeout_its_begin_names(tmp_path):
+    """A transaction timeout of 300 s: 120 s after its last op the transaction may still
+    be open; 400 s after, it is hanging. A timeout of 10 s: 60 s after, it is hanging."""
+    def run(name, timeout_s, settled_s):
+        h = History(tmp_path / f"{name}.jsonl")
+        h.begin("p1", "T", timeout_s=timeout_s)
+        h.send("p1", [(0, 1, 0)], txn="T")
+        h.watermarks("final", [(0, 0, 1, 0)], settled_s=settled_s)
+        return found(verdict(h))
+    assert run("soon", 300, 120) == set()
+    assert run("late", 300, 400) == {"hanging_txn"}
+    assert run("short", 10, 60) == {"hanging_txn"}
+
+
+def test_a_candidate_still_within_its_timeout_keeps_the_partition_unjudged(tmp_path):
+    """No write known at the stuck offset: two transactions may hold it. The one that
+    ended long ago would be hanging, but the one whose last op came just before the
+    watermarks may still be open."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T", timeout_s=10)
+    h.send("p1", [(0, 2, None)], type="info", txn="T")
+    h.skipped += 200 * 10**9
+    h.begin("p2", "U", timeout_s=10)
+    h.send("p2", [(0, 3, None)], type="info", txn="U")
+    h.watermarks("final", [(0, 0, 3, 1)], settled_s=5)
+    assert found(verdict(h)) == set()
+
+
+def test_a_stuck_offset_outside_any_transaction_is_hanging_at_once(tmp_path):
+    """The record at the last stable offset was written outside any transaction: no
+    timeout will move it, however soon the watermarks were read."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.watermarks("final", [(0, 0, 1, 0)], settled_s=0)
+    ex = example(verdict(h), "hanging_txn", offset=0)
+    assert "outside any transaction" in ex["detail"], ex
+
+
 def test_no_hanging_txn_when_the_lso_caught_up(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.txn("p1", "T", [(0, 1, 0)])

@@ -50,6 +50,9 @@ def test_a_commit_that_times_out_is_retried_then_the_producer_goes_on(cluster, t
     assert ("t0/2", "ok") in commits
     begins = [e["type"] for e in events if e["f"] == "begin_txn" and e["type"] != "invoke"]
     assert begins == ["ok", "ok"]
+    # Each begin names the timeout after which Kafka would abort it (hanging_txn).
+    assert [e["value"]["txn_timeout_ms"] for e in events
+            if e["f"] == "begin_txn" and e["type"] == "invoke"] == [clients.TXN_TIMEOUT_MS] * 2
 
 
 def test_a_commit_refused_after_a_send_timed_out_is_followed_by_a_recorded_abort(cluster, tmp_path):

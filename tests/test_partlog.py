@@ -93,7 +93,7 @@ def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
 
 
 _ON_THE_DRIVER = {"g0", "g1c", "g_single", "torn_txn", "duplicate_output", "lost_input",
-                  "late_return", "unreadable_offsets"}
+                  "late_return", "unreadable_offsets", "hanging_txn"}
 
 
 def test_no_check_depends_on_the_order_of_a_columns_categories(tmp_path):
@@ -119,5 +119,6 @@ def test_no_check_depends_on_the_order_of_a_columns_categories(tmp_path):
             judged |= {t for r, t in zip(rows["row"].to_pylist(), rows["type"].to_pylist())
                        if r == engine.ANOMALY}
     # Evidence the rows held anomalies: every type but those judged on the driver from
-    # facts or ops (cycles, torn transactions, pipelines, late calls, fetches).
+    # facts or ops (cycles, torn transactions, pipelines, late calls, fetches, hanging
+    # transactions, judged against time).
     assert judged == set(TYPES) - _ON_THE_DRIVER

@@ -266,13 +266,16 @@ class TxnProducer(Client):
         self.txn: str | None = None
         self.must_abort = False
         self.count = 0
+        self.txn_timeout_ms = TXN_TIMEOUT_MS
 
     def _ensure(self) -> bool:
         if self.producer is not None:
             return True
-        producer = Producer(_producer_config(self.ctx, self.plan, self.spec,
-                                             {"transaction.timeout.ms": TXN_TIMEOUT_MS},
-                                             {"transactional.id": self.tid}))
+        config = _producer_config(self.ctx, self.plan, self.spec,
+                                  {"transaction.timeout.ms": TXN_TIMEOUT_MS},
+                                  {"transactional.id": self.tid})
+        self.txn_timeout_ms = int(config["transaction.timeout.ms"])
+        producer = Producer(config)
         try:
             bounded(producer.init_transactions)
         except (KafkaException, Hung):
@@ -291,7 +294,9 @@ class TxnProducer(Client):
             return
         self.count += 1
         txn = f"{self.process}/{self.count}"
-        h = self.w.invoke(self.process, "begin_txn", {"tid": self.tid}, txn=txn)
+        # The timeout after which Kafka aborts it, for the checkers (hanging_txn).
+        h = self.w.invoke(self.process, "begin_txn",
+                          {"tid": self.tid, "txn_timeout_ms": self.txn_timeout_ms}, txn=txn)
         try:
             self.producer.begin_transaction()
         except KafkaException as exc:

@@ -7,7 +7,8 @@ A run has three phases:
    an op of the nemesis;
 2. settle: every fault healed, every node running and the cluster ready; then wait until
    each partition's last stable offset reaches its high watermark (a transaction left
-   open by a crashed client is aborted by its timeout);
+   open by a crashed client is aborted by its timeout), for up to 60 s plus the plan's
+   longest transaction timeout: a transaction open after that is hanging (hanging_txn);
 3. final reads: a fresh read_committed consumer reads every partition from the beginning
    to the high watermark, then the watermarks are recorded, so the checkers can tell a
    lost write from one nobody looked for; then each consumer group's committed offsets
@@ -79,7 +80,7 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
             if on_progress:
                 on_progress(1, 1, "settling, final reads")
             fleet.close(plan["clients"])
-            _settle(cluster, ctx)
+            _settle(cluster, ctx, plan)
             _final_reads(cluster, ctx, plan)
             _final_offsets(ctx, plan)
         finally:
@@ -179,9 +180,11 @@ def _all_tps(ctx: RunContext) -> list[TopicPartition]:
     return [TopicPartition(ctx.topic(t), p) for t, n in ctx.partitions.items() for p in range(n)]
 
 
-def _settle(cluster: AnyCluster, ctx: RunContext) -> None:
+def _settle(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
     apply_fault(cluster, ctx, {"f": "heal", "all": True})
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+    # Past the longest transaction timeout: a transaction still open then is hanging
+    # (checkers/loss.py judges it so only when its timeout and 30 s have passed).
+    deadline = time.monotonic() + SETTLE_TIMEOUT + _longest_txn_timeout(plan)
     while time.monotonic() < deadline:
         try:
             high = _offsets(cluster, _all_tps(ctx), IsolationLevel.READ_UNCOMMITTED)

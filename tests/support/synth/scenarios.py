@@ -49,6 +49,8 @@ class _Script:
         self.final_from: dict[TP, int] = {}
         # Partitions no leader answers for in the final phase: not read, no watermarks.
         self.offline: set[TP] = set()
+        # How long the watermarks are read after the op before them (a harness settles).
+        self.settle_ns = 0
 
     def val(self) -> int:
         self.value_ += 1
@@ -432,7 +434,9 @@ def _sc_hanging_txn(s: _Script) -> None:
     v = s.val()
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
     s.send("x0", _x(0), v, s.append(_x(0), v, "x0/1"), txn="x0/1")
-    # The producer is gone and the coordinator never aborts: the LSO stays behind.
+    # The producer is gone and the coordinator never aborts: the LSO stays behind,
+    # past the transaction's timeout (Kafka's default, 60 s) and 30 s more.
+    s.settle_ns = 120 * 10**9
 
 
 def _sc_late_return(s: _Script) -> None:
@@ -550,6 +554,8 @@ def inject(events: list[Event], kind: str, rng: random.Random) -> list[Event]:
     for ev in base:
         if ev["f"] == "watermarks" and ev["type"] == "ok":
             ev["value"]["partitions"].extend(marks)
+    if script.settle_ns and wm < len(base):
+        base[wm]["late_by"] = script.settle_ns
 
     ops = max((ev["op"] for ev in base), default=-1) + 1
     names = {ev["process"] for ev in base}
