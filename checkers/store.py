@@ -21,7 +21,7 @@ from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 6
+FORMAT = 7
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from onceproof.checkers import check, history
 from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
-from onceproof.checkers.store import convert, tables_of
+from onceproof.checkers.store import FORMAT, convert, tables_of
 
 
 def _write_sample(path):
@@ -671,12 +671,13 @@ def test_a_history_the_readers_accept_is_checked_or_refused_in_one_line(tmp_path
 
 
 @pytest.mark.parametrize("manifest", [
-    "not json", "[]", json.dumps({"format": 5, "stats": {"evidence": {"writes": 1}}}),
-    json.dumps({"format": 6, "stats": {"writes": 1}}),
+    "not json", "[]", json.dumps({"format": FORMAT - 1, "stats": {"evidence": {"writes": 1}}}),
+    json.dumps({"format": FORMAT, "stats": {"writes": 1}}),
 ], ids=["not JSON", "not an object", "an older format", "no evidence"])
 def test_a_converted_folder_whose_manifest_cannot_be_trusted_is_refused(tmp_path, manifest):
     """A converted folder's stats decide whether it holds evidence: one from another
-    version of the converter (format 5 counted a send that ended in info), or a
+    version of the converter (format 5 counted a send that ended in info; format 6's ops
+    hold no transaction timeouts), or a
     manifest that is damaged, is one line that says to convert again."""
     path = tmp_path / "h.jsonl"
     with HistoryWriter(path) as w:
