@@ -127,16 +127,15 @@ def _open_at(pl: PartitionLog, lso: float) -> tuple[str | None, str, list[tuple]
     maybe = (w["txn"].notna() & (w["txn_outcome"] != COMMITTED)).to_numpy(dtype=bool) & \
         np.isnan(known) & (lo <= lso) & (np.isnan(hi) | (hi >= lso))
     cand: dict = {}  # "txn of process" -> the first send of it that may lie there
-    holders: dict = {}
     for t, p, op in zip(w["txn"][maybe], w["process"][maybe], w["op"][maybe]):
         cand.setdefault(f"{t} of {p}", op)
-        holders.setdefault(t, None)
     txns = sorted(cand)
     if not txns:
         return None, "no write of this history is known to lie there", [], []
     shown = ", ".join(txns[:3]) + (f" and {len(txns) - 3} more" if len(txns) > 3 else "")
     return (None, f"no write is known at that offset; transactions that may have one there: "
-            f"{shown}", [(cand[t], "candidate writer") for t in txns[:3]], list(holders))
+            f"{shown}", [(cand[t], "candidate writer") for t in txns[:3]],
+            list(dict.fromkeys(w["txn"][maybe])))
 
 
 def finish(facts: pd.DataFrame, ops) -> pd.DataFrame:

@@ -486,10 +486,15 @@ def test_spark_workers_are_forked_with_the_checkers_imported(sink, spark):
     it has pyarrow and pandas loaded before any worker is forked: a worker Spark starts
     after another idled out does not import them again."""
     import psutil
+
+    def ours(p) -> bool:  # a process that has exited (a zombie, or gone) is not
+        try:
+            return "onceproof.checkers.spark_daemon" in p.cmdline()
+        except psutil.Error:
+            return False
     check(sink, spark=spark, local=False)
     daemons = [p for p in psutil.Process().children(recursive=True)
-               if "onceproof.checkers.spark_daemon" in p.cmdline()
-               and "onceproof.checkers.spark_daemon" not in p.parent().cmdline()]
+               if ours(p) and not ours(p.parent())]
     assert len(daemons) == 1, [p.cmdline() for p in daemons]
     maps = Path(f"/proc/{daemons[0].pid}/maps").read_text()
     assert "libarrow" in maps and "pandas" in maps
