@@ -648,16 +648,16 @@ def collect(tables, families, local: bool = False, rows: list[Rows] | None = Non
         rows = [_apart(unpacked(partition_pass(tables, families).collect()))]
     fact_rows = Facts([facts for _, facts in rows])
 
+    ops = Path(tables.dir) / "ops.parquet"
+
     def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
-            done = fam.from_ops(lambda columns: read_table(Path(tables.dir) / "ops.parquet",
-                                                           columns))
+            done = fam.from_ops(lambda columns: read_table(ops, columns))
         else:
             facts = fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None),
                                  getattr(fam, "FACT_CODED", ()))
             # A finisher that judges its facts against ops reads them when it has some.
-            done = (fam.finish(facts, lambda columns: read_frame(
-                        Path(tables.dir) / "ops.parquet", columns))
+            done = (fam.finish(facts, lambda columns: read_frame(ops, columns))
                     if hasattr(fam, "OPS_COLUMNS") else fam.finish(facts))
         return conform(done) if len(done) else None
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num, of_family, plain_witnesses, witnesses
+from .anomaly import COLUMNS, VIOLATION, num, of_family, plain_witnesses, witnesses
 from .partlog import PartitionLog, each_row, equals
 from .tables import COMMITTED
 
@@ -22,8 +22,7 @@ DEFAULT_TXN_TIMEOUT_MS = 60_000
 # timed-out transactions every 10 s by default
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms), then writes markers.
 ABORT_GRACE_S = 30
-_ANOMALY = ("type", "severity", "process", "op", "topic", "partition", "offset", "txn",
-            "detail")
+_ANOMALY = tuple(c for c in COLUMNS if c != "witnesses")  # of a fact, as its anomaly's
 FACT_COLUMNS = (*_ANOMALY, "witnesses", "txn2")  # and only these columns of them
 
 
@@ -93,9 +92,8 @@ def hanging(pl: PartitionLog) -> pd.DataFrame:
     candidates. One fact per transaction that may hold it open (txn2), or one with
     none when no transaction can: a record written outside any, or none known there."""
     last = pl.last_watermarks
-    if last is None:
-        return engine.facts(HANG_FACT, pd.DataFrame())
-    if pd.isna(last["lso"]) or pd.isna(last["high"]) or last["lso"] >= last["high"]:
+    if (last is None or pd.isna(last["lso"]) or pd.isna(last["high"])
+            or last["lso"] >= last["high"]):
         return engine.facts(HANG_FACT, pd.DataFrame())
     lso = float(last["lso"])
     txn, who, writers, holders = _open_at(pl, lso)
