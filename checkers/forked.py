@@ -119,7 +119,9 @@ def _unspill(path: str):
 def each(func: Callable[[T], R], items: Iterable[T], work: int) -> list[R]:
     """[func(item) for item in items], in order, in up to one process per core when
     the items hold `work` rows of at least MIN_WORK. Call it while no other thread of
-    this process is working: a fork copies whatever locks such a thread holds."""
+    this process takes locks: a fork copies whatever locks such a thread holds. (One
+    that only removes files, as a conversion's spool is removed while a check's
+    finishers run, takes none.)"""
     global _CALL, _PARENT, _SPILL
     items = list(items)
     workers = min(len(items), cores())

@@ -387,18 +387,16 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
                              "tool's own events are ops of process nemesis")
     rows = np.arange(n)
     invoke = (type_ == "invoke").to_numpy()
-    # Ops numbered 0..k-1, so each rule below indexes arrays by op, without a hash
-    # table of millions of ops per rule.
-    codes = pd.factorize(op)[0]
-    k = int(codes.max()) + 1
+    codes, k = _op_codes(op)
 
     def firsts(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per op, the first row in mask (n if none); and which rows are in mask but
         not their op's first."""
         at = np.flatnonzero(mask)
-        uniq, first_at = np.unique(codes[at], return_index=True)
         out = np.full(k, n, dtype=np.int64)
-        out[uniq] = at[first_at]
+        # The least row of each op's, without sorting them (np.unique's way took 0.6 s
+        # of this function's 1.4 s for 4M events).
+        np.minimum.at(out, codes[at], at)
         later = np.zeros(n, dtype=bool)
         later[at[out[codes[at]] != at]] = True
         return out, later
@@ -442,6 +440,19 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
                     "at a time (after an op that never completes, go on as a new process)")
     # The first bad row; of its problems, the first rule's.
     return min(problems, key=lambda p: p[0]) if problems else None
+
+
+def _op_codes(op: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each event's op numbered within 0..k-1, and k, so that the rules index arrays by
+    op, without a hash table of millions of ops per rule. Op ids within a span of a few
+    times their number (a history's are counted up from 1) are their own codes, less
+    the least; others are hashed (pd.factorize: 0.28 s for 4M events, against 0.01)."""
+    if len(op) and op.dtype.kind == "i":
+        low, high = int(op.min()), int(op.max())
+        if high - low < 4 * len(op):
+            return op - low, high - low + 1
+    codes = pd.factorize(op)[0]
+    return codes, int(codes.max(initial=-1)) + 1
 
 
 def _codes(column: pd.Series) -> np.ndarray:

@@ -7,7 +7,9 @@ file of their own: every reader here gives them as the steps of kind r, renamed
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -36,35 +38,50 @@ def tables_of(path: str | Path) -> tuple[dict[str, pa.Table], dict]:
     return tables, stats
 
 
-def _write(path: str | Path, out: str | Path, each=None) -> tuple[dict, list | None]:
+def _write(path: str | Path, out: str | Path,
+           each=None) -> tuple[dict, list | None, threading.Thread]:
+    """write_tables into `out`, and a thread (started) that removes their spool."""
     path, out = Path(path), Path(out)
     if path.is_dir():
         raise HistoryError(f"{path}: a directory without {MANIFEST}; pass a history.jsonl "
                            "or a directory written by `convert`")
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # a half-written conversion is no conversion
-    with tempfile.TemporaryDirectory(prefix=".spool-", dir=out) as spool:
-        return write_tables(path, out, Path(spool), each)
+    spool = Path(tempfile.mkdtemp(prefix=".spool-", dir=out))
+    try:
+        stats, results = write_tables(path, out, spool, each)
+    except BaseException:
+        shutil.rmtree(spool, ignore_errors=True)
+        raise
+    # The spool's files are gigabytes at 10M events, which took 1.0 s to remove: a
+    # check's finishers run meanwhile.
+    removal = threading.Thread(target=shutil.rmtree, args=(spool,),
+                               kwargs={"ignore_errors": True}, name="onceproof-spool")
+    removal.start()
+    return stats, results, removal
 
 
 def convert(path: str | Path, out: str | Path) -> Path:
     """Write the tables of the JSONL history at `path` as Parquet under directory `out`."""
-    stats, _ = _write(path, out)
+    stats, _, removal = _write(path, out)
     (Path(out) / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(path),
                                                   "stats": stats}, indent=1))
+    removal.join()
     return Path(out)
 
 
 def convert_each(path: str | Path, out: str | Path,
-                 each: Callable[[pa.Table], T]) -> tuple[dict, list[T]]:
+                 each: Callable[[pa.Table], T]) -> tuple[dict, list[T], threading.Thread]:
     """`convert` without the steps table: `each` is run on every bucket of steps as it
     is made, in memory, in a worker process per core (spool.Steps.each). Returns
-    the stats and the results, in bucket order. `out` gets only the tables a check
-    reads besides the steps (flatten.CHECK_READS) and no manifest: it is not a
-    conversion, for a check that needs no files of the steps."""
-    stats, results = _write(path, out, each)
+    the stats and the results, in bucket order, and the thread that removes the
+    conversion's spool from `out`, for the caller to join before it removes `out`.
+    `out` gets only the tables a check reads besides the steps (flatten.CHECK_READS)
+    and no manifest: it is not a conversion, for a check that needs no files of the
+    steps."""
+    stats, results, removal = _write(path, out, each)
     assert results is not None
-    return stats, results
+    return stats, results, removal
 
 
 def is_converted(path: str | Path) -> bool:

@@ -197,20 +197,24 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
     if local is None:
         local = not (spark_master or os.environ.get("ONCEPROOF_SPARK_MASTER"))
     with tempfile.TemporaryDirectory(prefix="onceproof-") as work:
-        rows = None
+        rows, removal = None, None
         if is_converted(path):
             tables = read_parquet(path)
         elif local:
             folder = Path(work) / "tables"
-            stats, rows = convert_each(path, folder, engine.bucket_rows(FAMILIES))
+            stats, rows, removal = convert_each(path, folder, engine.bucket_rows(FAMILIES))
             tables = Tables(folder, None, stats)
         else:
             tables = read_parquet(convert(path, Path(work) / "tables"))
         if not local:
             from .spark import session
             tables.spark = spark or session(spark_master)
-        found = engine.collect(tables, FAMILIES, local=local, rows=rows,
-                               history=path if rows is not None else None)
+        try:
+            found = engine.collect(tables, FAMILIES, local=local, rows=rows,
+                                   history=path if rows is not None else None)
+        finally:
+            if removal is not None:
+                removal.join()  # before `work` is removed, which holds the spool
     found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                               kind="stable")
     per_type: dict[str, int] = {}

@@ -249,9 +249,13 @@ def test_a_jsonl_checked_as_it_converts_finds_what_its_tables_give(sink, tmp_pat
     tables = read_parquet(convert(sink, tmp_path / "tables"))
     in_one = engine.collect(tables, FAMILIES, local=True)  # too small to fork: all here
     monkeypatch.setattr(forked, "MIN_WORK", 0)  # workers even for a history this small
-    stats, rows = convert_each(sink, tmp_path / "each", engine.bucket_rows(FAMILIES))
+    stats, rows, removal = convert_each(sink, tmp_path / "each", engine.bucket_rows(FAMILIES))
+    removal.join()
     assert len(rows) > 1 and stats["steps"] == tables.stats["steps"]
     assert not (tmp_path / "each" / "steps.parquet").exists()
+    # The spool is removed beside the caller's work; joined, it is gone, as a convert's.
+    assert not list((tmp_path / "each").glob(".spool-*"))
+    assert not list((tmp_path / "tables").glob(".spool-*"))
     fused = engine.collect(Tables(tmp_path / "each", None, stats), FAMILIES, local=True,
                            rows=rows, history=sink)
     assert set(fused["type"]) == set(TYPES)
