@@ -64,11 +64,17 @@ class Extract:
 
     def take(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         events = pa.Table.from_batches([batch])
-        f, t = events.column("f"), events.column("type")
+        # f and type as codes, each distinct string hashed once per block: the twelve
+        # masks below compared strings for every event (a fifth of this function's
+        # time).
+        f, f_names = _codes(batch.column("f"))
+        t, t_names = _codes(batch.column("type"))
 
         def where(fs: tuple[str, ...], type_: str) -> np.ndarray:
-            hit = pc.and_(pc.is_in(f, value_set=pa.array(fs)), pc.equal(t, type_))
-            return pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+            # By code: a null's, -1, reads the last slot, which no name sets.
+            named = np.zeros(len(f_names) + 1, dtype=bool)
+            named[[f_names[n] for n in fs if n in f_names]] = True
+            return named[f] & (t == t_names.get(type_, -2))
 
         polls = where(("poll",), "ok")
         if polls.any():
@@ -109,3 +115,10 @@ class Extract:
         schema = _list_schema(LISTS[name][2])
         pieces = [p.cast(schema) for _, p in sorted(given, key=lambda x: x[0])]
         return pa.concat_tables(pieces) if pieces else schema.empty_table()
+
+
+def _codes(column: pa.Array) -> tuple[np.ndarray, dict[str, int]]:
+    """A string column's dictionary codes (-1 for null) and the code of each string."""
+    coded = pc.dictionary_encode(column)
+    codes = pc.fill_null(coded.indices, -1).to_numpy(zero_copy_only=False)
+    return codes, {name: i for i, name in enumerate(coded.dictionary.to_pylist())}
