@@ -305,6 +305,26 @@ def test_a_second_completion_names_its_line(tmp_path):
             read(path)
 
 
+@pytest.mark.parametrize("ids", [(-3, -2), (5, 10**15)], ids=["dense", "spread"])
+def test_the_rules_between_events_hold_for_op_ids_near_or_far_apart(tmp_path, ids):
+    """Op ids near each other are numbered by their span, others hashed
+    (history._op_codes): either way, one op's events are found together."""
+    a, b = ids
+    path = tmp_path / "h.jsonl"
+    events = [(a, "invoke"), (a, "ok"), (b, "invoke"), (b, "ok")]
+    path.write_text("".join(json.dumps({"index": i, "op": op, "process": "p", "type": t,
+                                        "f": "commit_txn", "time": i}) + "\n"
+                            for i, (op, t) in enumerate(events)))
+    assert events_table(path).num_rows == 4
+    with path.open("a") as out:  # op a again, after b
+        out.write(json.dumps({"index": 4, "op": a, "process": "q", "type": "invoke",
+                              "f": "commit_txn", "time": 4}) + "\n")
+    for read in (read_events, events_table):
+        with pytest.raises(HistoryError, match=rf"h\.jsonl:5: op {a} invoked twice "
+                                               r"\(first on line 1\)"):
+            read(path)
+
+
 def test_missing_file_is_a_history_error(tmp_path):
     with pytest.raises(HistoryError, match="no such history file"):
         events_table(tmp_path / "absent.jsonl")
