@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from .arrow import KeyIndex
 from .memory import give_back
 
 EVENT_TYPES = ("invoke", "ok", "fail", "info")
@@ -445,11 +446,12 @@ def _structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
 def _op_codes(op: np.ndarray) -> tuple[np.ndarray, int]:
     """Each event's op numbered within 0..k-1, and k, so that the rules index arrays by
     op, without a hash table of millions of ops per rule. Op ids within a span of a few
-    times their number (a history's are counted up from 1) are their own codes, less
-    the least; others are hashed (pd.factorize: 0.28 s for 4M events, against 0.01)."""
+    times their number (a history's are counted up from 1; the same trade as
+    arrow.KeyIndex's) are their own codes, less the least; others are hashed
+    (pd.factorize: 0.28 s for 4M events, against 0.01)."""
     if len(op) and op.dtype.kind == "i":
         low, high = int(op.min()), int(op.max())
-        if high - low < 4 * len(op):
+        if high - low < KeyIndex.SPREAD * len(op):
             return op - low, high - low + 1
     codes = pd.factorize(op)[0]
     return codes, int(codes.max(initial=-1)) + 1
