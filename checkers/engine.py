@@ -305,8 +305,8 @@ def run_all(steps: pd.DataFrame, families) -> pa.Table:
 
 
 def partition_pass(tables, families):
-    """Every family's per-partition rows (OUT_SCHEMA), on Spark: an RDD of `_packed`
-    values.
+    """Every family's per-partition rows, on Spark: an RDD of `_packed` values, each of
+    the rows of one name (by_row).
 
     Spark hands out the bucket files, not their rows: each task takes some of the
     files, reads each whole with pyarrow and checks it as the local pass does
@@ -328,6 +328,7 @@ def partition_pass(tables, families):
     files = [str(f) for f in _bucket_files(Path(tables.dir).absolute())]
     context = tables.spark.sparkContext
     tasks = max(1, min(len(files), context.defaultParallelism))
+    kept = kept_columns(families)
 
     def task(ids):
         memory.for_checking()  # this Python worker checks one bucket after another
@@ -335,18 +336,16 @@ def partition_pass(tables, families):
             # Every tasks-th file: the buckets' sizes run in order (spool._buckets),
             # so each task gets large and small ones alike.
             for path in files[t::tasks]:
-                out = _bucket_with(path, families)
-                if out.num_rows:
-                    yield from _packed(out)
+                for part in by_row(_bucket_with(path, families), kept).values():
+                    yield from _packed(part)
     # One id per task, in a partition of its own.
     return context.parallelize(range(tasks), tasks).mapPartitions(task)
 
 
 # The pass's rows cross the JVM as Arrow IPC streams, one bytes value per slice of
-# rows: about a million fact rows of 35 columns per million events. Compressed,
-# because most of a fact row's columns are null: at 10M events the 0.9 GB of rows
-# were close to the default of spark.driver.maxResultSize (1 GB), which a collect of
-# them is held to.
+# the rows of one name: about half a million fact rows per million events. Compressed,
+# because a collect is held to spark.driver.maxResultSize (1 GB by default): at 10M
+# events the rows were 0.9 GB when each kept every column (by_row).
 _SLICE = 1 << 20  # rows per value: a JVM byte array must stay under 2 GB
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -360,10 +359,49 @@ def _packed(table: pa.Table):
         yield sink.getvalue().to_pybytes()
 
 
-def unpacked(packed: list[bytes]) -> pa.Table:
-    """The rows (OUT_SCHEMA) that `_packed` values hold."""
-    tables = [pa.ipc.open_stream(value).read_all() for value in packed]
-    return pa.concat_tables(tables) if tables else OUT_SCHEMA.empty_table()
+def unpacked(packed: list[bytes]) -> dict[str, pa.Table]:
+    """The rows that `_packed` values of by_row's tables hold, by name again."""
+    named: dict[str, list[pa.Table]] = {}
+    for value in packed:
+        table = pa.ipc.open_stream(value).read_all()
+        if table.num_rows:
+            named.setdefault(table["row"][0].as_py(), []).append(table)
+    return {name: pa.concat_tables(tables) for name, tables in named.items()}
+
+
+def kept_columns(families) -> dict[str, tuple[str, ...] | None]:
+    """Each name of fact rows some family's finisher reads (its FACTS): the columns
+    they read of them (FACT_COLUMNS), or None for all of them."""
+    kept: dict[str, tuple[str, ...] | None] = {}
+    for fam in families:
+        columns = getattr(fam, "FACT_COLUMNS", None)
+        for name in getattr(fam, "FACTS", ()):
+            before = kept.get(name, ())
+            kept[name] = (None if before is None or columns is None
+                          else tuple(dict.fromkeys((*before, *columns))))
+    return kept
+
+
+def by_row(table: pa.Table, kept: dict[str, tuple[str, ...] | None]) -> dict[str, pa.Table]:
+    """A pass's rows (OUT_SCHEMA) by name: the anomalies whole, the facts of each name
+    in `kept` (kept_columns) with only `row` and the columns named there; facts no
+    finisher reads are dropped.
+
+    Kept whole, a fact row held all 35 columns, most of them null: at 10M events, 0.95
+    GB of facts in Arrow, all of it memory the driver (or the check's process) touched
+    for the first time, and each finisher's pick of its rows copied its columns again."""
+    out: dict[str, pa.Table] = {}
+    if not table.num_rows:
+        return out
+    rows = table["row"]
+    for name in pc.unique(rows).to_pylist():
+        if name != ANOMALY and name not in kept:
+            continue
+        columns = kept.get(name)
+        # The columns picked before the rows: a filter copies every column it keeps.
+        picked = table if name == ANOMALY or columns is None else table.select(["row", *columns])
+        out[name] = picked.filter(pc.equal(rows, name))
+    return out
 
 
 def _bucket_files(directory) -> list[Path]:
@@ -550,18 +588,17 @@ def _rows_of(steps: pa.Table, families) -> pa.Table:
     return run_all(steps_frame(steps), families)
 
 
-# A pass's rows, apart: (anomalies, facts) of OUT_SCHEMA, the anomalies a conformed
-# frame, the facts in Arrow as they came (see Facts).
-Rows = tuple[pd.DataFrame, pa.Table]
+# A pass's rows, apart: the anomalies (OUT_SCHEMA) as a conformed frame, and the facts
+# in Arrow by name, as by_row keeps them (see Facts).
+Rows = tuple[pd.DataFrame, dict[str, pa.Table]]
 
 
-def _apart(table: pa.Table) -> Rows:
-    """A pass's OUT_SCHEMA rows apart: the anomalies as conformed pandas; for the
-    facts, the whole table as it is (Facts picks each finisher's rows by name, which no
-    anomaly has: a copy of the facts alone cost a first check at 1M events 0.15 s, most
-    of it the system mapping new memory)."""
-    is_anomaly = pc.fill_null(pc.equal(table["row"], ANOMALY), False)
-    return _plain(_pandas(table.filter(is_anomaly))), table
+def _apart(named: dict[str, pa.Table]) -> Rows:
+    """A pass's rows by name (by_row) apart: the anomalies as conformed pandas, the
+    facts as they are."""
+    facts = dict(named)
+    anomalies = facts.pop(ANOMALY, OUT_SCHEMA.empty_table())
+    return _plain(_pandas(anomalies)), facts
 
 
 def _pandas(rows: pa.Table) -> pd.DataFrame:
@@ -572,31 +609,30 @@ def _pandas(rows: pa.Table) -> pd.DataFrame:
 
 
 class Facts:
-    """The pass's fact rows, each finisher's converted or picked only when it asks
-    for them, in its own process (forked.each): at 10M events there are 5M fact rows
-    of 35 columns, and pandas of all of them, then each finisher's filter of that,
-    cost more than the finishers' own work."""
+    """The pass's fact rows, each finisher's converted only when it asks for them, in
+    its own process (forked.each): at 10M events there are 5M fact rows, and pandas of
+    all of them cost more than the finishers' own work."""
 
-    def __init__(self, parts: list[pa.Table]) -> None:
-        self._parts = [p for p in parts if p.num_rows]
+    def __init__(self, parts: list[dict[str, pa.Table]]) -> None:
+        """parts: the facts of each bucket (or of all), by name (by_row)."""
+        self._parts = parts
 
     def __len__(self) -> int:
-        """How many rows, at most (a part may hold the anomalies too)."""
-        return sum(p.num_rows for p in self._parts)
+        return sum(t.num_rows for p in self._parts for t in p.values())
 
     def of(self, names: tuple[str, ...], columns: tuple[str, ...] | None = None,
            coded: tuple[str, ...] = ()) -> pd.DataFrame:
-        """The fact rows named one of `names` (OUT_SCHEMA, conformed but for witness
-        lists, which facts do not hold); with `columns`, only those and `row`. The
-        string columns named in `coded` may come as Categoricals (they do from Arrow:
-        each distinct string is made a Python object once, not once per row)."""
-        keep = None if columns is None else ["row", *columns]
-        wanted = pa.array(names, pa.string())
-        # The columns picked before the rows: a filter copies every column it keeps.
-        picked = [(p if keep is None else p.select(keep)).filter(pc.is_in(p["row"], wanted))
-                  for p in self._parts]
+        """The fact rows named one of `names` (OUT_SCHEMA's columns that by_row kept of
+        them, conformed), each name's in the order they came; with `columns`, only
+        those and `row`. The string columns named in `coded` may come as Categoricals
+        (they do from Arrow: each distinct string is made a Python object once, not
+        once per row)."""
+        picked = [p[name] for name in names for p in self._parts if name in p]
+        if columns is not None:
+            picked = [t.select(["row", *columns]) for t in picked]
         if not picked:
-            return _pandas(OUT_SCHEMA.empty_table())
+            empty = OUT_SCHEMA.empty_table()
+            return _pandas(empty if columns is None else empty.select(["row", *columns]))
         rows = pa.concat_tables(picked)
         for name in coded:
             at = rows.schema.get_field_index(name)
@@ -607,8 +643,10 @@ class Facts:
 def bucket_rows(families) -> Callable[[pa.Table], Rows]:
     """The families' per-partition rows of one bucket's steps, apart (where they are
     made: a worker's rows are split before they travel, not all together after)."""
+    kept = kept_columns(families)
+
     def rows(steps: pa.Table) -> Rows:
-        return _apart(_rows_of(steps, families))
+        return _apart(by_row(_rows_of(steps, families), kept))
     return rows
 
 
@@ -620,7 +658,8 @@ def local_pass(directory, families) -> list[Rows]:
     # checkers/spool.py), as Spark's tasks get them: memory is a bucket's steps, not
     # the whole table's.
     files = _bucket_files(directory)
-    return forked.each(lambda f: _apart(_bucket_with(f, families)), files,
+    kept = kept_columns(families)
+    return forked.each(lambda f: _apart(by_row(_bucket_with(f, families), kept)), files,
                        sum(pq.ParquetFile(f).metadata.num_rows for f in files))
 
 

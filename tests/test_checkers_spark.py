@@ -2,6 +2,7 @@
 with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -155,40 +156,77 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
 
 def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tmp_path,
                                                                   monkeypatch):
-    """The pass's rows travel as Arrow IPC values, a slice of rows each: slices of 2
-    rows give every row back, in order; and through Spark's workers (their own import
-    of the engine, with slices of the default size), the anomalies of a local check."""
+    """The pass's rows travel as Arrow IPC values, a slice of the rows of one name
+    each: slices of 2 rows give every name's rows back, in order; and through Spark's
+    workers (their own import of the engine, with slices of the default size), the
+    anomalies of a local check."""
     tables = read_parquet(convert(sink, tmp_path / "tables"), spark)
-    table = max((engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)),
-                key=lambda rows: rows.num_rows)
-    assert table.num_rows > 2
+    table = pa.concat_tables([engine._bucket_with(f, FAMILIES)
+                              for f in engine._bucket_files(tables.dir)])
+    named = engine.by_row(table, engine.kept_columns(FAMILIES))
+    assert engine.ANOMALY in named and len(named) > 2
     monkeypatch.setattr(engine, "_SLICE", 2)
-    packed = list(engine._packed(table))
-    assert len(packed) == -(-table.num_rows // 2)
+    slices = {name: list(engine._packed(rows)) for name, rows in named.items()}
+    assert all(len(slices[name]) == -(-rows.num_rows // 2) for name, rows in named.items())
+    # The names' values interleaved, each name's in its order, as tasks' values come.
+    packed = [v for values in itertools.zip_longest(*slices.values()) for v in values if v]
     assert all(isinstance(value, bytes) for value in packed)
-    assert engine.unpacked(packed).equals(table)
-    assert engine.unpacked([]).equals(engine.OUT_SCHEMA.empty_table())
+    back = engine.unpacked(packed)
+    assert back.keys() == named.keys()
+    assert all(back[name].equals(rows) for name, rows in named.items())
+    assert engine.unpacked([]) == {}
     on_spark = engine.collect(tables, FAMILIES, local=False)
     assert set(on_spark["type"]) == set(TYPES)
     assert _rows(on_spark) == _rows(engine.collect(tables, FAMILIES, local=True))
 
 
-def test_a_finisher_gets_its_fact_rows_whole_or_only_the_columns_it_names(sink, tmp_path):
-    """engine.Facts.of picks the named fact rows from the pass's rows as they come (one
-    table from Spark, one per bucket from local workers): with columns named, the same
-    rows, only those columns and `row`; the same rows from one table or from many."""
+def test_a_finisher_gets_its_fact_rows_with_the_columns_it_names(sink, tmp_path):
+    """The pass's rows are kept by name (engine.by_row): the anomalies whole, each fact
+    row that a finisher reads with only `row` and the columns its FACT_COLUMNS name.
+    engine.Facts.of gives a finisher those rows from the facts as they come (one table
+    from Spark, one per bucket from local workers): the same rows either way, and of
+    each bucket's in its order."""
     tables = read_parquet(convert(sink, tmp_path / "tables"))
-    buckets = [engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)]
-    assert len(buckets) > 1
+    kept = engine.kept_columns(FAMILIES)
+    assert kept[cycles.EDGE_FACT] == cycles.FACT_COLUMNS
+    raw = [engine._bucket_with(f, FAMILIES) for f in engine._bucket_files(tables.dir)]
+    assert len(raw) > 1
+    buckets = [engine.by_row(table, kept) for table in raw]
+    # As the collect gets them: apart from the anomalies (engine._apart).
+    one = engine.Facts([engine._apart(engine.by_row(pa.concat_tables(raw), kept))[1]])
+    many = engine.Facts([engine._apart(named)[1] for named in buckets])
+    assert any(engine.ANOMALY in named for named in buckets)
+    for named in buckets:
+        for name, rows in named.items():
+            assert set(rows["row"].to_pylist()) == {name}
+            assert rows.column_names == (engine.OUT_SCHEMA.names if name == engine.ANOMALY
+                                         else ["row", *kept[name]])
     cols = cycles.FACT_COLUMNS
-    one = engine.Facts([pa.concat_tables(buckets)])
-    for facts in (one, engine.Facts(buckets)):
-        whole = facts.of(cycles.FACTS)
-        some = facts.of(cycles.FACTS, cols)
-        assert len(whole) and set(whole["row"]) == {cycles.EDGE_FACT}
-        assert list(some.columns) == ["row", *cols]
-        assert some.equals(whole[["row", *cols]])
-        assert whole.equals(one.of(cycles.FACTS))
+    edges = many.of(cycles.FACTS, cols)
+    assert len(edges) and set(edges["row"]) == {cycles.EDGE_FACT}
+    assert list(edges.columns) == ["row", *cols]
+    assert edges.equals(one.of(cycles.FACTS, cols))
+    assert edges.equals(many.of(cycles.FACTS))  # all that was kept of them
+    assert len(one) == len(many) == sum(len(t) for named in buckets for name, t in named.items()
+                                        if name != engine.ANOMALY)
+
+
+def test_facts_no_finisher_reads_are_dropped_and_anomalies_kept_whole():
+    """by_row of rows of three names: the anomaly row with every column, the fact a
+    finisher reads with its columns only, and none of a fact no finisher names."""
+    table = engine._arrow(pd.DataFrame({"row": [engine.ANOMALY, "read_me", "nobody_reads"],
+                                        "txn": ["t0", "t1", "t2"], "op": [1, 2, 3],
+                                        "type": ["duplicate", None, None]}))
+    named = engine.by_row(table, {"read_me": ("txn",)})
+    assert set(named) == {engine.ANOMALY, "read_me"}
+    assert named[engine.ANOMALY].equals(table.slice(0, 1))
+    assert named["read_me"].to_pylist() == [{"row": "read_me", "txn": "t1"}]
+    anomalies, kept = engine._apart(named)
+    assert len(anomalies) == 1 and anomalies["type"].tolist() == ["duplicate"]
+    facts = engine.Facts([kept])
+    assert len(facts) == 1
+    assert facts.of(("read_me",), ("txn",))["txn"].tolist() == ["t1"]
+    assert list(facts.of(("absent",), ("txn",)).columns) == ["row", "txn"]
 
 
 def test_a_family_frame_becomes_out_schema_rows_by_one_set_of_rules():
