@@ -384,8 +384,8 @@ def kept_columns(families) -> dict[str, tuple[str, ...] | None]:
 
 def by_row(table: pa.Table, kept: dict[str, tuple[str, ...] | None]) -> dict[str, pa.Table]:
     """A pass's rows (OUT_SCHEMA) by name: the anomalies whole, the facts of each name
-    in `kept` (kept_columns) with only `row` and the columns named there; facts no
-    finisher reads are dropped.
+    in `kept` (kept_columns) with only `row` and the columns named there, their strings
+    dictionary-encoded (arrow.coded); facts no finisher reads are dropped.
 
     Kept whole, a fact row held all 35 columns, most of them null: at 10M events, 0.95
     GB of facts in Arrow, all of it memory the driver (or the check's process) touched
@@ -400,7 +400,11 @@ def by_row(table: pa.Table, kept: dict[str, tuple[str, ...] | None]) -> dict[str
         columns = kept.get(name)
         # The columns picked before the rows: a filter copies every column it keeps.
         picked = table if name == ANOMALY or columns is None else table.select(["row", *columns])
-        out[name] = picked.filter(pc.equal(rows, name))
+        picked = picked.filter(pc.equal(rows, name))
+        # A fact's strings coded where it is made, in the pass's processes: a finisher,
+        # which has all of them, would hash millions (cycles' 3M transaction names at
+        # 10M events: 0.3 s of its 2.5 s), and made Python objects one per row.
+        out[name] = picked if name == ANOMALY else arrow.coded(picked)
     return out
 
 
@@ -624,9 +628,8 @@ class Facts:
            coded: tuple[str, ...] = ()) -> pd.DataFrame:
         """The fact rows named one of `names` (OUT_SCHEMA's columns that by_row kept of
         them, conformed), each name's in the order they came; with `columns`, only
-        those and `row`. The string columns named in `coded` may come as Categoricals
-        (they do from Arrow: each distinct string is made a Python object once, not
-        once per row)."""
+        those and `row`. The string columns named in `coded` come as Categoricals
+        (each distinct string made a Python object once, not once per row)."""
         picked = [p[name] for name in names for p in self._parts if name in p]
         if columns is not None:
             picked = [t.select(["row", *columns]) for t in picked]
@@ -634,10 +637,11 @@ class Facts:
             empty = OUT_SCHEMA.empty_table()
             return _pandas(empty if columns is None else empty.select(["row", *columns]))
         rows = pa.concat_tables(picked)
-        for name in coded:
-            at = rows.schema.get_field_index(name)
-            rows = rows.set_column(at, name, pc.dictionary_encode(rows[name]))
-        return _pandas(rows)
+        # Their strings come coded (by_row): each column made by a take of its words,
+        # or kept as codes.
+        return pd.DataFrame({name: _series(col, coded=name in coded)
+                             for name, col in zip(rows.column_names, rows.columns)},
+                            copy=False)
 
 
 def bucket_rows(families) -> Callable[[pa.Table], Rows]:

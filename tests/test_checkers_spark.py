@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, check, cycles, engine, flatten, forked, spool
+from onceproof.checkers import Verdict, anomaly, arrow, check, cycles, engine, flatten, forked, spool
 from onceproof.checkers.anomaly import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.tables import SCHEMAS
@@ -201,12 +201,20 @@ def test_a_finisher_gets_its_fact_rows_with_the_columns_it_names(sink, tmp_path)
             assert set(rows["row"].to_pylist()) == {name}
             assert rows.column_names == (engine.OUT_SCHEMA.names if name == engine.ANOMALY
                                          else ["row", *kept[name]])
+            # A fact's strings coded where it is made (the anomalies' stay strings).
+            strings = [f for f in rows.schema if f.type in (pa.string(), arrow.CODED)]
+            assert strings and all((f.type == pa.string()) == (name == engine.ANOMALY)
+                                   for f in strings)
     cols = cycles.FACT_COLUMNS
     edges = many.of(cycles.FACTS, cols)
     assert len(edges) and set(edges["row"]) == {cycles.EDGE_FACT}
     assert list(edges.columns) == ["row", *cols]
     assert edges.equals(one.of(cycles.FACTS, cols))
     assert edges.equals(many.of(cycles.FACTS))  # all that was kept of them
+    assert edges["txn"].dtype == object and edges["txn"].notna().all()
+    named = many.of(cycles.FACTS, cols, cycles.FACT_CODED)
+    assert isinstance(named["txn"].dtype, pd.CategoricalDtype)
+    assert named["txn"].astype(object).equals(edges["txn"])
     assert len(one) == len(many) == sum(len(t) for named in buckets for name, t in named.items()
                                         if name != engine.ANOMALY)
 
