@@ -242,3 +242,38 @@ def test_a_long_cycle_with_many_witnesses_is_a_note_unless_one_witness_forbids_i
     bad = find_cycles(ww_ring(n, bad_at=n // 2))
     assert list(ok["severity"]) == ["note"] and list(bad["severity"]) == ["violation"]
     assert bad["txn"][0] == f"T{n // 2:07d}" and bad["partition"][0] == 10**6 + n // 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(2, 5), st.lists(st.integers(0, 9), min_size=5, max_size=5),
+                          st.integers(1, 3)), min_size=1, max_size=6))
+def test_cycles_reported_all_at_once_read_as_each_reported_alone(rings):
+    """_Graph.reports makes every cycle's record from lists gathered for all cycles at
+    once, and finds each cycle's first impossible witness for all of them together:
+    each record is the one _report makes of that cycle's own witnesses, for rings of
+    several lengths and witnesses per edge, an impossible witness anywhere or nowhere."""
+    from onceproof.checkers.cycles import _Graph, _report
+    rows, cycles_of = [], []
+    for i, (length, bad_at, witnesses) in enumerate(rings):
+        names = [f"r{i}t{j}" for j in range(length)]
+        for j in range(length):
+            for w in range(witnesses):
+                # Witness w of edge j: impossible (its source window empty) when the
+                # drawn positions name it.
+                bad = bad_at[(j + w) % 5] == j * witnesses + w
+                rows.append(_edge(names[j], names[(j + 1) % length], WW,
+                                  (5, 5) if bad else (j, j + 10), (j + 1, j + 11), part=w,
+                                  offs=(j, j + 1)))
+        cycles_of.append(names)
+    e = pd.DataFrame(rows)
+    codes, _ = _node_codes(e)
+    gr = _Graph(e, codes)
+    code = dict(zip(e["src"], codes[:, 0]))
+    edge = {(s, d): k for k, (s, d) in enumerate(zip(gr.src.tolist(), gr.dst.tolist()))}
+    cycles = [("g0", [edge[code[a], code[b]] for a, b in zip(names, names[1:] + names[:1])])
+              for names in cycles_of]
+    procs = {name: f"p{name}" for names in cycles_of for name in names}
+    together = gr.reports(cycles, procs)
+    alone = [_report(t, gr.rows(edges), procs) for t, edges in cycles]
+    assert together == alone
+    assert {r["severity"] for r in together} <= {"violation", "note"}
