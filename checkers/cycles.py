@@ -238,8 +238,9 @@ def _blame_of(win: tuple[np.ndarray, ...], kinds: np.ndarray, topic: list, part:
     if len(steps) == 0:
         return None
     bad = np.flatnonzero(_impossible(win, kinds != RW))
-    return _blame_in(int(bad[0]) if len(bad) else None, *(a.tolist() for a in win),
-                     kinds.tolist(), topic, part, steps.tolist())
+    si, sc, di, dc = (a.tolist() for a in win)
+    return _blame_in(int(bad[0]) if len(bad) else None, si, sc, di, dc, kinds.tolist(),
+                     topic, part, steps.tolist())
 
 
 def _blame_in(first_bad: int | None, si: list, sc: list, di: list, dc: list, kind: list,
@@ -418,14 +419,15 @@ class _Graph:
                         ] if len(bad) else np.zeros(len(cycles), np.int64)
         has_bad = (first_bad < bounds[1:]) & (first_bad >= bounds[:-1]) if len(bad) else \
             np.zeros(len(cycles), bool)
-        wins, kind_l, steps_l = [w.tolist() for w in win], kinds.tolist(), steps.tolist()
+        si, sc, di, dc = (w.tolist() for w in win)
+        kind_l, steps_l = kinds.tolist(), steps.tolist()
         bounds_l, first_l, has_l = bounds.tolist(), first_bad.tolist(), has_bad.tolist()
         out = []
         for c, (type, _) in enumerate(cycles):
             a, b = bounds_l[c], bounds_l[c + 1]
-            blame = _blame_in(first_l[c] - a if has_l[c] else None, *(w[a:b] for w in wins),
-                              kind_l[a:b], plain["topic"][a:b], plain["partition"][a:b],
-                              steps_l[a:b])
+            blame = _blame_in(first_l[c] - a if has_l[c] else None, si[a:b], sc[a:b],
+                              di[a:b], dc[a:b], kind_l[a:b], plain["topic"][a:b],
+                              plain["partition"][a:b], steps_l[a:b])
             out.append(_reported(type, blame, steps_l[a:b],
                                  lambda col, picked, a=a: [plain[col][a + r] for r in picked],
                                  procs))
