@@ -37,8 +37,11 @@ def _superseded(o: pd.DataFrame) -> np.ndarray:
     if sends.sum() < 2:
         return out
     rows = np.flatnonzero(sends)
-    key = pd.MultiIndex.from_arrays([o["txn"].array.take(rows), o["group"].array.take(rows)])
-    code = pd.factorize(key)[0]
+    # (txn, group) as one integer of their codes (the steps' strings are Categoricals,
+    # partlog.typed): pandas' factorize of them as a MultiIndex made a tuple of each.
+    txn = o["txn"].array.codes[rows].astype(np.int64)
+    group = o["group"].array.codes[rows].astype(np.int64) + 1  # missing (-1): 0
+    code = pd.factorize(txn * (int(group.max()) + 1) + group)[0]
     ok = equals(o["type"], "ok")[rows]
     # Steps are in invoke order (PartitionLog): the last ok row of each key, by place.
     last_ok = np.full(code.max() + 1, -1)

@@ -567,16 +567,18 @@ def test_seeks_of_unknown_or_uncertain_position_are_rewinds_asked_for(tmp_path):
 def test_a_transactions_later_send_offsets_replaces_its_earlier_one(tmp_path):
     """One transaction sent offsets 1 then 3 for the same partition and committed: the
     group's offset is 3 (the coordinator keeps the last), so a later fetch of 1 is
-    stale; had the later send_offsets failed, 1 would be right."""
-    for last, stale in (("ok", True), ("fail", False)):
-        h = History(tmp_path / f"{last}.jsonl")
+    stale; had the later send_offsets failed, or been for another group, 1 would be
+    right."""
+    for last, group, stale in (("ok", "g", True), ("fail", "g", False), ("ok", "h", False)):
+        h = History(tmp_path / f"{last}-{group}.jsonl")
         h.send("p0", [(0, 1, 0), (0, 2, 1), (0, 3, 2)])
         h.begin("x0", "T")
         h.send_offsets("x0", "T", "g", [(0, 1)])
-        h.send_offsets("x0", "T", "g", [(0, 3)], type=last)
+        h.send_offsets("x0", "T", group, [(0, 3)], type=last)
         h.commit("x0", "T")
         fetch = h.fetch_offsets("final", "g", [(0, 1)])
         v = verdict(h)
-        assert found(v) == ({"stale_offset_fetch"} if stale else set()), (last, v.summary())
+        assert found(v) == ({"stale_offset_fetch"} if stale else set()), (last, group,
+                                                                          v.summary())
         if stale:
             example(v, "stale_offset_fetch", op=fetch)
