@@ -23,8 +23,9 @@ transaction that returned the value (from the steps), among its witnesses.
 A family is a module with `TYPES`, `partition(pl) -> list[pandas frames]` and
 optionally `finish(facts) -> pandas frame`, given the fact rows named in its `FACTS`
 (the names of the fact rows it reads; with `FACT_COLUMNS`, only those columns of
-them, and `row`: a finisher of millions of fact rows then converts only what it
-reads; those of its string columns named in `FACT_CODED` may come as Categoricals);
+them, and `row`: the pass keeps no other column of them (by_row), and no fact row
+that no finisher names; those of its string columns named in `FACT_CODED` come as
+Categoricals);
 its frames use OUT_SCHEMA, built with `anomalies(...)` and `facts(...)` below. A
 family that judges whole ops, which belong to no partition (checkers/liveness.py), has
 instead `from_ops(read) -> pandas frame`, run on the driver, where read(columns) gives
