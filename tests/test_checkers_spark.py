@@ -166,14 +166,17 @@ def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tm
     named = engine.by_row(table, engine.kept_columns(FAMILIES))
     assert engine.ANOMALY in named and len(named) > 2
     monkeypatch.setattr(engine, "_SLICE", 2)
-    slices = {name: list(engine._packed(rows)) for name, rows in named.items()}
+    slices = {name: list(engine._packed(rows, name)) for name, rows in named.items()}
     assert all(len(slices[name]) == -(-rows.num_rows // 2) for name, rows in named.items())
     # The names' values interleaved, each name's in its order, as tasks' values come.
     packed = [v for values in itertools.zip_longest(*slices.values()) for v in values if v]
     assert all(isinstance(value, bytes) for value in packed)
-    back = engine.unpacked(packed)
+    back = engine.unpacked(packed)  # told apart and counted, read only when asked
     assert back.keys() == named.keys()
-    assert all(back[name].equals(rows) for name, rows in named.items())
+    assert all(back[name].num_rows == rows.num_rows for name, rows in named.items())
+    assert all(back[name].table().equals(rows) for name, rows in named.items())
+    assert engine.Facts([engine._apart(back)[1]]).of(
+        cycles.FACTS).equals(engine.Facts([engine._apart(named)[1]]).of(cycles.FACTS))
     assert engine.unpacked([]) == {}
     on_spark = engine.collect(tables, FAMILIES, local=False)
     assert set(on_spark["type"]) == set(TYPES)
