@@ -414,11 +414,11 @@ class _Graph:
         plain = {name: col[at].tolist() for name, col in self._plain(rows).items()}
         win = tuple(a[idx] for a in self.win)
         kinds = self.w_kind[idx]
-        bad = np.flatnonzero(_impossible(win, kinds != RW))
-        first_bad = bad[np.minimum(np.searchsorted(bad, bounds[:-1]), max(len(bad) - 1, 0))
-                        ] if len(bad) else np.zeros(len(cycles), np.int64)
-        has_bad = (first_bad < bounds[1:]) & (first_bad >= bounds[:-1]) if len(bad) else \
-            np.zeros(len(cycles), bool)
+        # Each cycle's first impossible witness: the first at or after its start, if it
+        # comes before the next cycle's (len(idx) stands for none).
+        bad = np.append(np.flatnonzero(_impossible(win, kinds != RW)), len(idx))
+        first_bad = bad[np.searchsorted(bad, bounds[:-1])]
+        has_bad = first_bad < bounds[1:]
         si, sc, di, dc = (w.tolist() for w in win)
         kind_l, steps_l = kinds.tolist(), steps.tolist()
         bounds_l, first_l, has_l = bounds.tolist(), first_bad.tolist(), has_bad.tolist()

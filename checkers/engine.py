@@ -357,10 +357,10 @@ def _packed(table: pa.Table, name: str):
     holds, so that they can be told apart and counted without reading them."""
     for start in range(0, table.num_rows, _SLICE):
         rows = table.slice(start, _SLICE)
-        schema = table.schema.with_metadata({_NAME: name, _ROWS: str(rows.num_rows)})
+        rows = rows.replace_schema_metadata({_NAME: name, _ROWS: str(rows.num_rows)})
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, schema, options=_IPC) as writer:
-            writer.write_table(rows.replace_schema_metadata(schema.metadata))
+        with pa.ipc.new_stream(sink, rows.schema, options=_IPC) as writer:
+            writer.write_table(rows)
         yield sink.getvalue().to_pybytes()
 
 
