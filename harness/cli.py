@@ -62,7 +62,16 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
-@click.group(cls=_Group)
+# Where the docs are (in the repository, not in the wheel); README.md's "Docs" section is
+# the index. \b keeps click from rewrapping the lines (it would split a path at a hyphen).
+DOCS_EPILOG = """\b
+Docs (the index is README.md's "Docs" section):
+  docs/plans.md, docs/history.md, docs/checkers.md, docs/writing-properties.md,
+  docs/suites.md, docs/your-cluster.md, docs/nightly.md, docs/performance.md,
+  docs/findings.md"""
+
+
+@click.group(cls=_Group, epilog=DOCS_EPILOG)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
               help="Show onceproof's version, the default Kafka release and librdkafka's version.")
@@ -251,8 +260,9 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, extern
 def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
            spark_master: str | None, artifacts: str, bootstrap, client_pairs,
            client_config_file, fault_commands, keep) -> None:
-    """Re-run a saved plan (plan.json, or a counterexample folder) on a fresh cluster, or
-    on yours (--bootstrap), and report how many runs show the anomaly it was saved for."""
+    """Re-run a saved plan (plan.json, a counterexample folder, or a counterexample kept as
+    one file, such as tests/counterexamples/*.json) on a fresh cluster, or on yours
+    (--bootstrap), and report how many runs show the anomaly it was saved for."""
     import json
     from pathlib import Path
 
@@ -265,8 +275,11 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
     except PlanError as exc:
         raise SetupError(str(exc)) from None
     saved = folder / "verdict.json"
-    wanted = ({t for t, n in json.loads(saved.read_text()).get("counts", {}).items() if n}
-              if saved.exists() else set())
+    if path.is_file() and "shown" in (kept := json.loads(path.read_text())):
+        wanted = set(kept["shown"])  # a counterexample kept as one file (search.keep)
+    else:
+        wanted = ({t for t, n in json.loads(saved.read_text()).get("counts", {}).items() if n}
+                  if saved.exists() else set())
     hits = 0
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     with _fresh_cluster(artifacts, nodes, kafka_version, external) as cluster:
@@ -296,16 +309,21 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
 @click.option("--mode", type=click.Choice(["rounds", "concurrent", "both"]), default="rounds",
               show_default=True, help="Plan shape to hunt with; both: each suite in each shape, "
               "side by side at the same budget.")
+@click.option("--save-counterexamples", "save_to", type=click.Path(file_okay=False), default=None,
+              help="Write each caught known-bad suite's smallest counterexample to this folder "
+                   "as <suite>.json, which `onceproof replay` runs and CI replays "
+                   "(tests/counterexamples).")
 @nodes_option
 @kafka_version_option
 @spark_option
 @artifacts_option
 @external_options
-def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, nodes,
+def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, save_to, nodes,
            kafka_version, spark_master, artifacts, bootstrap, client_pairs, client_config_file,
            fault_commands, keep) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
     With --bootstrap, the suites your cluster and fault commands can run."""
+    from onceproof.search import keep as keep_counterexample
     from onceproof.workloads.suites import SUITES
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
@@ -314,6 +332,9 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, no
     if not rows:
         raise SetupError("no suite ran: each chosen one says why above (a plan shape it is "
                          "not hunted in, or what your cluster lacks)")
+    for r in rows:
+        if save_to and r.caught and not r.known_good and r.counterexample:
+            click.echo(f"{r.suite} ({r.mode}): kept {keep_counterexample(r, save_to)}", err=True)
     # Suites the time limit stopped are shown as such, not counted as misses.
     sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
 

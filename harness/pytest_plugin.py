@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -59,8 +59,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 _DEADLINE = pytest.StashKey[float | None]()
-# Properties the time limit cut short: name -> examples run before it.
+# What the session's summary prints, gathered from the test reports (under pytest-xdist
+# the tests run in worker processes and only their reports reach this one): properties
+# the time limit cut short (name -> examples run before it), and hunt results.
 _CUT: dict[str, int] = {}
+_SUITE_ROWS: list[HuntResult] = []
+_CUT_KEY, _ROW_KEY = "onceproof_cut", "onceproof_suite_row"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,13 +120,13 @@ def cluster(session_cluster):
         session_cluster.heal_all()
 
 
-def stopped_by_time_limit(name: str, examples: int) -> None:
+def stopped_by_time_limit(name: str, properties: list, examples: int) -> None:
     """What the session's --time-limit does to a property it stops: one that ran no example
     is skipped, so it never passes for one that checked nothing; one stopped later is
-    named in the session summary."""
+    named in the session summary (through its test's user properties)."""
     if not examples:
         pytest.skip(f"the session's --time-limit was spent before {name} ran an example")
-    _CUT[name] = examples
+    properties.append((_CUT_KEY, [name, examples]))
 
 
 @pytest.fixture
@@ -135,16 +139,39 @@ def trials(request, session_cluster, artifacts_dir, pytestconfig, deadline) -> S
     name = request.node.name
     return Search(name, session_cluster, artifacts_dir, pytestconfig.getoption("--spark-master"),
                   pytestconfig.getoption("--shrink-budget"), deadline,
-                  on_cut=partial(stopped_by_time_limit, name))
+                  on_cut=partial(stopped_by_time_limit, name, request.node.user_properties))
 
 
-_SUITE_ROWS: list[HuntResult] = []
+class _Rows(list):
+    """A test's hunt results, each also kept in its report for the session's table."""
+
+    def __init__(self, properties: list) -> None:
+        super().__init__()
+        self.properties = properties
+
+    def append(self, result: HuntResult) -> None:
+        from dataclasses import asdict
+        super().append(result)
+        self.properties.append((_ROW_KEY, asdict(result)))
 
 
-@pytest.fixture(scope="session")
-def suite_rows() -> list[HuntResult]:
+@pytest.fixture
+def suite_rows(request) -> list[HuntResult]:
     """Hunt results to print in the session's summary table."""
-    return _SUITE_ROWS
+    return _Rows(request.node.user_properties)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # A test's properties are complete in its teardown's report.
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
+        if key == _CUT_KEY:
+            name, examples = cast(list, value)
+            _CUT[name] = examples
+        elif key == _ROW_KEY:
+            from onceproof.search import HuntResult  # only a hunt's test imports the search
+            _SUITE_ROWS.append(HuntResult(**cast(dict, value)))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -6,9 +6,14 @@ then on every attempt is reported as passing without running, Hypothesis gives u
 calling the failure flaky, which for a nondeterministic system it is), and the smallest
 failure seen so far, kept by Counterexamples, is the result. A session deadline stops
 every search the same way; a search it stopped is `cut`.
+
+A known-bad suite's smallest counterexample can be kept (`keep`) as one JSON file, the
+plan and what it showed, and proven again later by replaying it (`replay_kept`): a few
+runs of a plan that once failed cost far less than the search that found it.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections import Counter
@@ -140,8 +145,7 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
     """Search, shrink and replay one suite with plans of `mode`'s shape. No plan starts
     after `deadline` (a monotonic time); a suite the deadline stopped is `cut`, and one
     stopped before its first plan reports 0 examples and no verdict."""
-    name = suite.name if mode == "rounds" else f"{suite.name}-{mode}"
-    search = Search(name, cluster, artifacts, spark_master, budget, deadline)
+    search = Search(search_name(suite, mode), cluster, artifacts, spark_master, budget, deadline)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
@@ -185,6 +189,60 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,
         reproduced=reproduced, counterexample=str(folder) if folder is not None else None,
         cut=search.cut, exercised=dict(search.exercised))
+
+
+def search_name(suite: Suite, mode: str) -> str:
+    """The name a suite's search in mode saves its counterexample under."""
+    return suite.name if mode == "rounds" else f"{suite.name}-{mode}"
+
+
+def keep(result: HuntResult, folder: str | Path) -> Path:
+    """Write the smallest counterexample of a caught known-bad suite to
+    folder/<search name>.json: the plan, what it showed, where and when. `onceproof
+    replay` runs the file as it is (a plan file may wrap its plan in "plan")."""
+    if result.counterexample is None or result.known_good or result.hunt:
+        raise ValueError(f"{result.suite}: only a caught known-bad suite has a counterexample to keep")
+    found = Path(result.counterexample)
+    verdict = Verdict.from_dict(json.loads((found / "verdict.json").read_text()))
+    record = {"suite": result.suite, "mode": result.mode,
+              "shown": sorted(t for t, n in verdict.counts.items() if n),
+              "kafka_version": result.kafka_version,
+              "saved": datetime.date.today().isoformat(),
+              "search": {"examples": result.examples, "seconds_to_first": result.seconds_to_first,
+                         "reproduced": result.reproduced},
+              "plan": load(found / "plan.json")}
+    dest = Path(folder) / f"{Path(found).name}.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(record, indent=1) + "\n")
+    return dest
+
+
+def replay_kept(suite: Suite, path: str | Path, cluster: AnyCluster, artifacts: str | Path,
+                spark_master: str | None = None, tries: int = 3,
+                deadline: float | None = None) -> HuntResult:
+    """Run a kept counterexample (see `keep`) up to `tries` times, stopping at the first
+    run that shows one of the suite's anomalies: `caught` says whether one did."""
+    kept = json.loads(Path(path).read_text())
+    mode = kept.get("mode", "rounds")
+    search = Search(f"{search_name(suite, mode)}-replay", cluster, artifacts, spark_master,
+                    budget=float("inf"), deadline=deadline)
+    plan = load(path)
+    hits = 0
+    while search.examples < tries and not hits:
+        trial = search.run(plan)
+        if trial is None:
+            break
+        if shows(suite, trial):
+            hits += 1
+            search.failed(trial)
+    return HuntResult(
+        suite=suite.name, mode=f"{mode}, kept", expect=", ".join(sorted(suite.expect)),
+        known_good=False, caught=bool(hits), examples=search.examples,
+        seconds_to_first=search.seconds_to_first, shrunk_size=size(plan),
+        reproduced=f"{hits}/{search.examples}",
+        counterexample=str(search.counterexample) if search.counterexample else None,
+        cut=search.cut, exercised=dict(search.exercised),
+        kafka_version=cluster.version if search.examples else "")
 
 
 def _only_caught(exc: BaseException) -> bool:

@@ -26,3 +26,14 @@ def spark():
     """One SparkSession for the checker tests that need one: starting a JVM costs seconds."""
     from onceproof.checkers.spark import session
     return session()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Under pytest-xdist (tox runs two workers, `--dist loadgroup`), every test that needs
+    a cluster of ours runs in one worker, one after another on the session's cluster, as
+    without xdist; the tests that need none run in the other worker meanwhile, so they
+    never wait behind a cluster test. A cluster test mostly waits (for faults, timeouts and
+    settling), which leaves the CPU the other worker uses."""
+    for item in items:
+        if item.get_closest_marker("cluster") or item.get_closest_marker("spark_cluster"):
+            item.add_marker(pytest.mark.xdist_group("cluster"))

@@ -1,8 +1,10 @@
 """The command line as a user meets it: the installed `onceproof` script and
-`python -m onceproof`, run as processes, answer --help and --version with exit 0."""
+`python -m onceproof`, run as processes, answer --help and --version with exit 0, and
+--help says where the docs are."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +12,14 @@ from pathlib import Path
 import click
 import confluent_kafka
 import pytest
+from click.testing import CliRunner
 
 from onceproof import __version__
 from onceproof.cli import main
 from onceproof.cluster.provision import DEFAULT_KAFKA_VERSION
 
 SCRIPT = Path(sys.executable).parent / "onceproof"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -60,6 +64,20 @@ def test_version_names_onceproof_the_default_kafka_and_librdkafka():
     assert f"onceproof {__version__}" in done.stdout
     assert f"Kafka {DEFAULT_KAFKA_VERSION}" in done.stdout
     assert f"librdkafka {confluent_kafka.libversion()[0]}" in done.stdout
+
+
+def test_help_ends_with_where_the_docs_are_and_every_doc_it_names_exists():
+    done = CliRunner().invoke(main, ["--help"])
+    assert done.exit_code == 0, done.output
+    assert "Docs (the index is README.md's \"Docs\" section):" in done.output
+    named = re.findall(r"[\w./-]+\.md", done.output.split("Docs (", 1)[1])
+    assert "README.md" in named and len(named) > 5
+    assert [path for path in named if not (ROOT / path).is_file()] == []
+    # The epilog names every doc in docs/, as README.md's index does.
+    assert sorted(p.name for p in (ROOT / "docs").glob("*.md")) == \
+        sorted(Path(path).name for path in named if path.startswith("docs/"))
+    readme = (ROOT / "README.md").read_text()
+    assert [path for path in named if path.startswith("docs/") and f"]({path})" not in readme] == []
 
 
 def test_python_dash_m_onceproof_is_the_same_command():

@@ -19,10 +19,11 @@ PLAN = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer
 SPENT = time.monotonic() - 1
 
 
-def _property_search(name, artifacts, deadline):
+def _property_search(name, artifacts, deadline, properties=None):
     """A search set up as the plugin's `trials` fixture sets it up, with no cluster."""
     return Search(name, None, artifacts, budget=60, deadline=deadline,
-                  on_cut=partial(pytest_plugin.stopped_by_time_limit, name))
+                  on_cut=partial(pytest_plugin.stopped_by_time_limit, name,
+                                 [] if properties is None else properties))
 
 
 def test_a_property_stopped_before_its_first_example_is_skipped(tmp_path):
@@ -33,10 +34,14 @@ def test_a_property_stopped_before_its_first_example_is_skipped(tmp_path):
 
 
 def test_a_property_stopped_later_passes_and_is_named_in_the_summary(tmp_path):
-    search = _property_search("prop_later", tmp_path, SPENT)
+    properties: list = []
+    search = _property_search("prop_later", tmp_path, SPENT, properties)
     search.examples = 4  # four examples ran before the limit
     assert search.run(PLAN) is None
     assert search.cut
+    # The test's report carries it to the session's summary (a worker's too, under xdist).
+    report = SimpleNamespace(when="teardown", user_properties=properties)
+    pytest_plugin.pytest_runtest_logreport(report)
     assert pytest_plugin._CUT.pop("prop_later") == 4
 
 

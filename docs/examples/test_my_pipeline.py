@@ -20,5 +20,5 @@ def test_my_pipeline_outputs_each_input_once(trials, plan):
         return
     # Safety only: `trial.verdict.live` would also fail the property on a stall, and
     # librdkafka's send_offsets_to_transaction is known to stall when its group
-    # coordinator goes away (README, "Hunts").
+    # coordinator goes away (docs/suites.md, "Hunts").
     assert trial.verdict.valid, trials.failed(trial)

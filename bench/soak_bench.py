@@ -1,0 +1,188 @@
+"""A long concurrent run under faults, watching the harness's own memory: whether a nightly
+run of hours can go on in one process.
+
+One concurrent plan (nine clients, mixed faults, client crashes, as `onceproof run`
+draws it) runs for --duration seconds on a local 3-node cluster while the harness's
+resident memory is sampled every --every seconds, beside what glibc's malloc holds
+(mallinfo2: bytes in use, bytes free but kept) and the process's threads, so growth can
+be told apart: a leak grows what is in use, fragmentation what is free. Growth is the
+peak RSS after the first --after seconds plus a minute, over the median RSS of that
+minute. After the run it times what a user waits for: the history converted, checked
+and its report written. Prints figures and writes them to OUT/soak_bench.json; exits 1
+when growth is past --max-growth percent, so the nightly can fail on it.
+
+    python bench/soak_bench.py [--duration 1800] [--every 10] [--after 300] [--max-growth 10]
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from onceproof.checkers import check
+from onceproof.checkers.store import convert
+from onceproof.cluster.cluster import Cluster
+from onceproof.report.page import write_report
+from onceproof.run.execute import run, under_test
+from onceproof.workloads import faults
+from onceproof.workloads.generate import draw_plans
+from onceproof.workloads.plan import PlanError, save
+from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
+
+MIB = 2**20
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo():
+    """glibc's mallinfo2, or None where there is none (another libc)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    if not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _Mallinfo2
+    return libc.mallinfo2
+
+
+class Samples:
+    """Every `every` seconds: seconds since the start, RSS, malloc's bytes in use
+    (uordblks + hblkhd: small blocks and mmapped ones) and free but kept (fordblks), and
+    the thread count of this process."""
+
+    def __init__(self, every: float) -> None:
+        self.every, self.rows = every, []
+        self.proc = psutil.Process()
+        self.mallinfo = _mallinfo()
+        self._stop = threading.Event()
+
+    def _take(self) -> None:
+        row = {"t": round(time.monotonic() - self.started, 1),
+               "rss_mib": self.proc.memory_info().rss / MIB, "threads": self.proc.num_threads()}
+        if self.mallinfo is not None:
+            m = self.mallinfo()
+            row |= {"malloc_used_mib": (m.uordblks + m.hblkhd) / MIB,
+                    "malloc_free_mib": m.fordblks / MIB}
+        self.rows.append(row)
+
+    def _loop(self) -> None:
+        while True:
+            self._take()
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> Samples:
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="soak-samples")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+
+
+def growth(rows: list[dict], after: float, key: str = "rss_mib") -> dict:
+    """The peak of `key` from after+60 s on, against its median over [after, after+60)."""
+    base = [r[key] for r in rows if after <= r["t"] < after + 60]
+    later = [r[key] for r in rows if r["t"] >= after + 60]
+    if not base or not later:
+        return {"base": None, "peak": None, "end": None, "percent": None}
+    b = statistics.median(base)
+    return {"base": round(b, 1), "peak": round(max(later), 1), "end": round(later[-1], 1),
+            "percent": round(100 * (max(later) / b - 1), 1)}
+
+
+def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
+    try:
+        return faults.selection(spec)
+    except faults.UnknownFault as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command(help=__doc__.splitlines()[0])
+@click.option("--duration", type=click.IntRange(60), default=1800, show_default=True, help="seconds")
+@click.option("--every", type=click.FloatRange(1), default=10.0, show_default=True,
+              help="seconds between samples")
+@click.option("--after", type=click.FloatRange(0), default=300.0, show_default=True,
+              help="seconds of warm-up before growth is counted")
+@click.option("--max-growth", type=float, default=10.0, show_default=True,
+              help="percent of RSS growth past which the bench exits 1")
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="pipeline", show_default=True)
+@click.option("--faults", "kinds", default="mixed", show_default=True, callback=fault_kinds)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("soak-bench"), show_default=True)
+def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None:
+    if after + 120 > duration:
+        raise click.UsageError(f"--duration {duration} leaves too little after --after {after:g}: "
+                               f"give at least {after + 120:g} s")
+    console = Console()
+    try:
+        plan = draw_plans(concurrent_plans(workload, faults=kinds, duration=(duration, duration),
+                                           min_clients=9), 1, seed)[0]
+    except PlanError as exc:
+        raise click.UsageError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    save(plan, out / "plan.json")
+    folder = out / "run"
+    with tempfile.TemporaryDirectory(prefix="onceproof-soak-") as root, Cluster(root, 3) as cluster:
+        console.print(f"Kafka {cluster.dist.version}: {len(plan['clients'])} clients for "
+                      f"{duration} s, {len(plan['schedule'])} scheduled faults and crashes")
+        with Samples(every) as samples:
+            run(plan, cluster, folder)
+        tested = under_test(cluster)
+    # What a user waits for once the run is over: its verdict and its report.
+    started = time.monotonic()
+    tables = convert(folder / "history.jsonl", folder / "history.parquet")
+    verdict = check(tables)
+    verdict.tested = tested
+    (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
+    write_report(folder)
+    after_run = time.monotonic() - started
+    rss = growth(samples.rows, after)
+    figures = {"duration": duration, "seed": seed, "workload": workload,
+               "faults": ",".join(kinds) or "none", "every": every, "after": after,
+               "rss_growth": rss,
+               "malloc_used_growth": growth(samples.rows, after, "malloc_used_mib")
+               if samples.mallinfo else None,
+               "malloc_free_growth": growth(samples.rows, after, "malloc_free_mib")
+               if samples.mallinfo else None,
+               "threads_max": max(r["threads"] for r in samples.rows),
+               "verdict_and_report_seconds": round(after_run, 1), "valid": verdict.valid,
+               "live": verdict.live, "events": verdict.stats.get("events"),
+               "samples": samples.rows}
+    (out / "soak_bench.json").write_text(json.dumps(figures, indent=1))
+    table = Table("minute", "RSS MiB", "malloc in use MiB", "malloc free MiB", "threads",
+                  title=f"Harness memory over {duration} s (seed {seed})")
+    for r in samples.rows:
+        if int(r["t"]) % 60 < every or r is samples.rows[-1]:
+            table.add_row(f"{r['t'] / 60:.1f}", f"{r['rss_mib']:.0f}",
+                          f"{r.get('malloc_used_mib', float('nan')):.0f}",
+                          f"{r.get('malloc_free_mib', float('nan')):.0f}", str(r["threads"]))
+    console.print(table)
+    console.print(f"RSS from minute {after / 60:g} (median {rss['base']} MiB) to the end: peak "
+                  f"{rss['peak']} MiB, last {rss['end']} MiB, growth {rss['percent']}% "
+                  f"(target <= {max_growth:g}%)")
+    console.print(f"verdict and report {after_run:.1f} s after the run ended "
+                  f"({'VALID' if verdict.valid else 'ANOMALIES FOUND'}"
+                  f"{'' if verdict.live else ', NOT LIVE'}); figures in {out / 'soak_bench.json'}")
+    sys.exit(1 if rss["percent"] is None or rss["percent"] > max_growth else 0)
+
+
+if __name__ == "__main__":
+    main()
