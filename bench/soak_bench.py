@@ -2,10 +2,11 @@
 run of hours can go on in one process.
 
 One concurrent plan (nine clients, mixed faults, client crashes, as `onceproof run`
-draws it) runs for --duration seconds on a local 3-node cluster while the harness's
-resident memory is sampled every --every seconds, beside what glibc's malloc holds
-(mallinfo2: bytes in use, bytes free but kept) and the process's threads, so growth can
-be told apart: a leak grows what is in use, fragmentation what is free. Growth is the
+draws it, but with a fault in every 10 s slot) runs for --duration seconds on a local
+3-node cluster while the harness's resident memory is sampled every --every seconds,
+beside what glibc's malloc holds (mallinfo2: bytes in use, bytes free but kept) and the
+process's threads by name, so growth can be told apart: a leak grows what is in use,
+fragmentation what is free. Growth is the
 peak RSS after the first --after seconds plus a minute, over the median RSS of that
 minute. After the run it times what a user waits for: the history converted, checked
 and its report written. Prints figures and writes them to OUT/soak_bench.json; exits 1
@@ -18,11 +19,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
+import re
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -31,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers import check
+from onceproof.checkers.memory import for_running
 from onceproof.checkers.store import convert
 from onceproof.cluster.cluster import Cluster
 from onceproof.report.page import write_report
@@ -58,6 +62,18 @@ def _mallinfo():
     return libc.mallinfo2
 
 
+def thread_names() -> dict[str, int]:
+    """This process's threads by their system name, digits dropped: librdkafka names its
+    own (rdk:main, rdk:broker3, ...); Python's are all the interpreter's name."""
+    names: Counter[str] = Counter()
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            names[re.sub(r"\d+", "", comm.read_text().strip())] += 1
+        except OSError:  # the thread ended meanwhile
+            pass
+    return dict(names)
+
+
 class Samples:
     """Every `every` seconds: seconds since the start, RSS, malloc's bytes in use
     (uordblks + hblkhd: small blocks and mmapped ones) and free but kept (fordblks), and
@@ -71,7 +87,8 @@ class Samples:
 
     def _take(self) -> None:
         row = {"t": round(time.monotonic() - self.started, 1),
-               "rss_mib": self.proc.memory_info().rss / MIB, "threads": self.proc.num_threads()}
+               "rss_mib": self.proc.memory_info().rss / MIB, "threads": self.proc.num_threads(),
+               "thread_names": thread_names()}
         if self.mallinfo is not None:
             m = self.mallinfo()
             row |= {"malloc_used_mib": (m.uordblks + m.hblkhd) / MIB,
@@ -131,10 +148,14 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
     if after + 120 > duration:
         raise click.UsageError(f"--duration {duration} leaves too little after --after {after:g}: "
                                f"give at least {after + 120:g} s")
+    for_running()  # as `onceproof` does first thing
     console = Console()
     try:
+        # A fault in every slot of the nemesis's clock (one per 10 s, as `onceproof run`
+        # spaces them), so the faults go on for the whole run, not only its first minutes.
         plan = draw_plans(concurrent_plans(workload, faults=kinds, duration=(duration, duration),
-                                           min_clients=9), 1, seed)[0]
+                                           min_clients=9, min_faults=duration // 10),
+                          1, seed)[0]
     except PlanError as exc:
         raise click.UsageError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,10 @@ class _Group(click.Group):
     def invoke(self, ctx):
         import warnings
 
+        from onceproof.checkers.memory import for_running
         from onceproof.workloads.plan import PlanError
         warnings.showwarning = _warning_line
+        for_running()  # before any thread: arenas made earlier stay (checkers/memory.py)
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):

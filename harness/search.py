@@ -208,7 +208,9 @@ def keep(result: HuntResult, folder: str | Path) -> Path:
               "shown": sorted(t for t, n in verdict.counts.items() if n),
               "kafka_version": result.kafka_version,
               "saved": datetime.date.today().isoformat(),
-              "search": {"examples": result.examples, "seconds_to_first": result.seconds_to_first,
+              "search": {"examples": result.examples,
+                         "seconds_to_first": None if result.seconds_to_first is None
+                         else round(result.seconds_to_first, 1),
                          "reproduced": result.reproduced},
               "plan": load(found / "plan.json")}
     dest = Path(folder) / f"{Path(found).name}.json"

@@ -23,8 +23,9 @@ ALLOWED = {
     "onceproof.checkers": set(),
     "onceproof.workloads": set(),
     "onceproof.cluster": {"onceproof.errors"},
+    # The history writer, and malloc's settings for a run's many threads.
     "onceproof.run": {"onceproof.errors", "onceproof.cluster", "onceproof.workloads",
-                      "onceproof.checkers.history"},
+                      "onceproof.checkers.history", "onceproof.checkers.memory"},
     "onceproof.report": {"onceproof.errors", "onceproof.checkers", "onceproof.workloads"},
 }
 

@@ -102,3 +102,37 @@ def test_a_checking_worker_takes_arrows_memory_from_malloc_as_it_keeps_it():
     out = subprocess.run([sys.executable, "-c", _ARROW_POOL], check=True,
                          capture_output=True, text=True).stdout.split()
     assert out == ["system", "True"]
+
+
+_THREADS_MALLOC = """
+import ctypes, sys, threading
+from onceproof.checkers import memory
+if sys.argv[1] == "capped":
+    assert memory.for_running(2)
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+started, done = threading.Barrier(21), threading.Event()
+def work():
+    block = libc.malloc(4096)  # a thread's first malloc takes it an arena
+    started.wait()
+    done.wait()
+    libc.free(block)
+threads = [threading.Thread(target=work) for _ in range(20)]
+for t in threads:
+    t.start()
+started.wait()
+libc.malloc_stats()  # one "Arena N:" paragraph per arena, on stderr
+done.set()
+"""
+
+
+@pytest.mark.skipif(memory._mallopt is None, reason="glibc only")
+def test_a_run_started_after_for_running_keeps_its_threads_in_few_arenas():
+    def arenas(how: str) -> int:
+        done = subprocess.run([sys.executable, "-c", _THREADS_MALLOC, how], capture_output=True,
+                              text=True, timeout=60, check=True)
+        return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+    # Twenty threads at once take an arena each, up to glibc's eight per core, unless
+    # capped first.
+    assert arenas("capped") <= 2 < arenas("default")

@@ -63,6 +63,27 @@ def test_every_known_bad_suite_keeps_one_counterexample_of_its_own(name):
     assert set(kept["shown"]) & suite.expect, kept["shown"]
 
 
+def test_a_kept_counterexample_is_the_plan_the_search_saved_and_what_it_showed(tmp_path):
+    from onceproof.search import HuntResult
+    found = tmp_path / "counterexamples" / "read_uncommitted_aborts"
+    found.mkdir(parents=True)
+    plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
+            "steps": [{"ops": {"p0": {"f": "send"}}}]}
+    (found / "plan.json").write_text(json.dumps(plan))
+    (found / "verdict.json").write_text(json.dumps({"valid": False, "counts": {
+        "aborted_read": 2, "duplicate": 0}}))
+    result = HuntResult("read_uncommitted_aborts", "rounds", "aborted_read", False, True, 3,
+                        12.0, 1, "1/1", str(found), kafka_version="4.4.0")
+    kept = keep(result, tmp_path / "kept")
+    assert kept.name == "read_uncommitted_aborts.json"
+    record = json.loads(kept.read_text())
+    assert load(kept) == plan and record["shown"] == ["aborted_read"]
+    assert record["kafka_version"] == "4.4.0" and record["search"]["examples"] == 3
+    with pytest.raises(ValueError, match="known-bad"):
+        keep(HuntResult("correct_pipeline", "rounds", "", True, True, 2, None, None, "-", None),
+             tmp_path / "kept")
+
+
 def test_no_counterexample_is_kept_for_a_suite_that_is_gone():
     names = {search_name(SUITES[n], m) for n in KNOWN_BAD for m in SUITES[n].shapes}
     assert {p.stem for p in KEPT.glob("*.json")} <= names

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 
+from onceproof.checkers.memory import trim
 from onceproof.run.clients import lane_process
 from onceproof.run.fleet import CRASHED, ERROR, HUNG, Fleet
 from onceproof.workloads.ops import Seeded, closing_op, next_op
@@ -25,6 +26,9 @@ from onceproof.workloads.ops import Seeded, closing_op, next_op
 HANG_AFTER = 120.0
 # How often the watchdog looks and reports progress.
 TICK = 0.5
+# How often a run gives back what malloc's arenas keep freed (checkers/memory.py,
+# for_running): a run of hours would otherwise keep what its threads once freed.
+TRIM_EVERY = 30.0
 # Seeds of a client's threads after its first: its seed plus a multiple of this.
 LANE_SEED_STEP = 1_000_003
 
@@ -124,11 +128,15 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
         start_worker(w)
     keeper = threading.Thread(target=nemesis, daemon=True, name="onceproof-nemesis")
     keeper.start()
+    trimmed = start
     try:
         while not stop.wait(TICK):
             now = time.monotonic()
             if now - start >= duration:
                 break
+            if now - trimmed >= TRIM_EVERY:
+                trim()
+                trimmed = now
             for w in list(workers.values()):
                 if w.op is not None and now - w.since > HANG_AFTER:
                     _retire(w, fleet, workers, start_worker)
