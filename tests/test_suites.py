@@ -49,9 +49,11 @@ SEARCHED = (list(SUITES) if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all"
 
 
 def _kept(name: str) -> Path:
-    [path] = [KEPT / f"{search_name(SUITES[name], m)}.json" for m in SUITES[name].shapes
-              if (KEPT / f"{search_name(SUITES[name], m)}.json").exists()]
-    return path
+    found = [KEPT / f"{search_name(SUITES[name], m)}.json" for m in SUITES[name].shapes
+             if (KEPT / f"{search_name(SUITES[name], m)}.json").exists()]
+    assert len(found) == 1, (f"{name} needs one kept counterexample in {KEPT}, has {found}: "
+                             f"onceproof suites --only {name} --save-counterexamples {KEPT}")
+    return found[0]
 
 
 @pytest.mark.parametrize("name", KNOWN_BAD)
