@@ -213,7 +213,7 @@ def keep(result: HuntResult, folder: str | Path) -> Path:
                          else round(result.seconds_to_first, 1),
                          "reproduced": result.reproduced},
               "plan": load(found / "plan.json")}
-    dest = Path(folder) / f"{Path(found).name}.json"
+    dest = Path(folder) / f"{found.name}.json"  # the search's name
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(record, indent=1) + "\n")
     return dest
@@ -229,19 +229,19 @@ def replay_kept(suite: Suite, path: str | Path, cluster: AnyCluster, artifacts: 
     search = Search(f"{search_name(suite, mode)}-replay", cluster, artifacts, spark_master,
                     budget=float("inf"), deadline=deadline)
     plan = load(path)
-    hits = 0
-    while search.examples < tries and not hits:
+    caught = False
+    while not caught and search.examples < tries:
         trial = search.run(plan)
         if trial is None:
             break
-        if shows(suite, trial):
-            hits += 1
+        caught = shows(suite, trial)
+        if caught:
             search.failed(trial)
     return HuntResult(
         suite=suite.name, mode=f"{mode}, kept", expect=", ".join(sorted(suite.expect)),
-        known_good=False, caught=bool(hits), examples=search.examples,
+        known_good=False, caught=caught, examples=search.examples,
         seconds_to_first=search.seconds_to_first, shrunk_size=size(plan),
-        reproduced=f"{hits}/{search.examples}",
+        reproduced=f"{int(caught)}/{search.examples}",
         counterexample=str(search.counterexample) if search.counterexample else None,
         cut=search.cut, exercised=dict(search.exercised),
         kafka_version=cluster.version if search.examples else "")

@@ -41,9 +41,10 @@ REFRESH = bool(os.environ.get("ONCEPROOF_REFRESH_COUNTEREXAMPLES"))
 REPLAYS = int(os.environ.get("ONCEPROOF_SUITE_REPLAYS", 0))
 # CI searches in the rounds shape only; the nightly adds the concurrent one (tox.ini).
 MODES = os.environ.get("ONCEPROOF_SUITE_MODES", "rounds").split(",")
-# The known-bad suites CI still searches: the two whose rounds searches find their
-# failure in seconds, so that searching, shrinking and keeping stay proven on every change.
-SEARCHED_IN_CI = ("read_uncommitted_aborts", "offsets_outside_txn_crash")
+# The known-bad suite CI still searches, so that searching, shrinking and keeping stay
+# proven on every change: the one whose rounds search finds its failure soonest (16 s into
+# its search when it was kept; the whole test took 99 s in CI).
+SEARCHED_IN_CI = ("offsets_outside_txn_crash",)
 SEARCHED = (list(SUITES) if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all"
             else [n for n in SUITES if SUITES[n].known_good or n in SEARCHED_IN_CI])
 
