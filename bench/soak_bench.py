@@ -167,6 +167,9 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
         with Samples(every) as samples:
             run(plan, cluster, folder)
         tested = under_test(cluster)
+        # A client call that never returned holds its thread, and the client instance it
+        # was called on, for the rest of the process (run/clients.py, bounded).
+        abandoned = sum(t.name == "onceproof-bounded" for t in threading.enumerate())
     # What a user waits for once the run is over: its verdict and its report.
     started = time.monotonic()
     tables = convert(folder / "history.jsonl", folder / "history.parquet")
@@ -184,6 +187,8 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
                "malloc_free_growth": growth(samples.rows, after, "malloc_free_mib")
                if samples.mallinfo else None,
                "threads_max": max(r["threads"] for r in samples.rows),
+               "calls_abandoned": abandoned,
+               "librdkafka_instances_after_run": samples.rows[-1]["thread_names"].get("rdk:main", 0),
                "verdict_and_report_seconds": round(after_run, 1), "valid": verdict.valid,
                "live": verdict.live, "events": verdict.stats.get("events"),
                "samples": samples.rows}
@@ -199,6 +204,9 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
     console.print(f"RSS from minute {after / 60:g} (median {rss['base']} MiB) to the end: peak "
                   f"{rss['peak']} MiB, last {rss['end']} MiB, growth {rss['percent']}% "
                   f"(target <= {max_growth:g}%)")
+    console.print(f"after the run: {abandoned} client calls never returned (their threads "
+                  f"and clients stay), {figures['librdkafka_instances_after_run']} librdkafka "
+                  f"instances still alive")
     console.print(f"verdict and report {after_run:.1f} s after the run ended "
                   f"({'VALID' if verdict.valid else 'ANOMALIES FOUND'}"
                   f"{'' if verdict.live else ', NOT LIVE'}); figures in {out / 'soak_bench.json'}")
