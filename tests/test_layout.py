@@ -23,7 +23,7 @@ ALLOWED = {
     "onceproof.checkers": set(),
     "onceproof.workloads": set(),
     "onceproof.cluster": {"onceproof.errors"},
-    # The history writer, and malloc's settings for a run's many threads.
+    # The history writer, and malloc's trim for a run of hours (run/load.py).
     "onceproof.run": {"onceproof.errors", "onceproof.cluster", "onceproof.workloads",
                       "onceproof.checkers.history", "onceproof.checkers.memory"},
     "onceproof.report": {"onceproof.errors", "onceproof.checkers", "onceproof.workloads"},

@@ -30,7 +30,6 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicParti
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
 from onceproof.checkers.history import CLUSTER, HistoryWriter
-from onceproof.checkers.memory import for_running
 from onceproof.cluster.external import AnyCluster, CommandFailed
 from onceproof.errors import SetupError
 from onceproof.run import load, rounds
@@ -58,7 +57,6 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
     benchmark's null recorder). Returns a summary: ops started, processes replaced."""
     validate(plan)
     _fits(plan, cluster)
-    for_running()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:8]
