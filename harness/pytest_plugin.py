@@ -186,10 +186,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if not _SUITE_ROWS:
         return
     tr.section("onceproof suites")
-    head = (f"{'suite':28} {'mode':10} {'expected anomaly':22} {'caught':7} {'examples':>8} "
+    head = (f"{'suite':28} {'mode':12} {'expected anomaly':22} {'caught':7} {'examples':>8} "
             f"{'first failure':>14} {'shrunk size':>11} {'reproduced':>10}")
     tr.write_line(head)
     for r in _SUITE_ROWS:
         first = f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-"
-        tr.write_line(f"{r.suite:28} {r.mode:10} {r.expect[:22]:22} {r.outcome:7} {r.examples:>8} "
+        tr.write_line(f"{r.suite:28} {r.mode:12} {r.expect[:22]:22} {r.outcome:7} {r.examples:>8} "
                       f"{first:>14} {r.shrunk_size or '-'!s:>11} {r.reproduced:>10}")
