@@ -30,6 +30,7 @@ from pathlib import Path
 
 import click
 import psutil
+from load_bench import fault_kinds  # this folder's load bench: the same --faults
 from rich.console import Console
 from rich.table import Table
 
@@ -39,7 +40,6 @@ from onceproof.checkers.store import convert
 from onceproof.cluster.cluster import Cluster
 from onceproof.report.page import write_report
 from onceproof.run.execute import run, under_test
-from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
 from onceproof.workloads.plan import PlanError, save
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
@@ -122,13 +122,6 @@ def growth(rows: list[dict], after: float, key: str = "rss_mib") -> dict:
     b = statistics.median(base)
     return {"base": round(b, 1), "peak": round(max(later), 1), "end": round(later[-1], 1),
             "percent": round(100 * (max(later) / b - 1), 1)}
-
-
-def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
-    try:
-        return faults.selection(spec)
-    except faults.UnknownFault as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(help=__doc__.splitlines()[0])

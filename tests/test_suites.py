@@ -50,8 +50,8 @@ SEARCHED = (list(SUITES) if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all"
 
 
 def _kept(name: str) -> Path:
-    found = [KEPT / f"{search_name(SUITES[name], m)}.json" for m in SUITES[name].shapes
-             if (KEPT / f"{search_name(SUITES[name], m)}.json").exists()]
+    shapes = [KEPT / f"{search_name(SUITES[name], m)}.json" for m in SUITES[name].shapes]
+    found = [path for path in shapes if path.exists()]
     assert len(found) == 1, (f"{name} needs one kept counterexample in {KEPT}, has {found}: "
                              f"onceproof suites --only {name} --save-counterexamples {KEPT}")
     return found[0]
