@@ -50,10 +50,14 @@ def _wait_gone(pids, timeout: float = 30.0) -> list[int]:
 
 
 def _start_harness(root: Path, *args: str) -> tuple[subprocess.Popen, list[int]]:
-    proc = subprocess.Popen([sys.executable, "-c", HARNESS, str(root), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # Its stderr goes to a file beside the cluster, so a start that fails says why.
+    err = root.parent / f"{root.name}.stderr"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", HARNESS, str(root), *args],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
     line = proc.stdout.readline()
-    assert line.strip() == "READY", f"harness did not start a cluster (said {line!r})"
+    assert line.strip() == "READY", (f"harness did not start a cluster (said {line!r}); "
+                                     f"its stderr ended: {err.read_text()[-2000:]}")
     pids = list(json.loads((root / "state.json").read_text())["pids"].values())
     assert len(_alive(pids)) == 4  # three nodes and toxiproxy
     return proc, pids

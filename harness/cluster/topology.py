@@ -21,12 +21,37 @@ A node reaches itself directly: that is no network link, and a partition never c
 from __future__ import annotations
 
 import base64
+import random
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import portpicker
 
 HOST = "127.0.0.1"
+# Where a cluster's ports are drawn from: below the kernel's ephemeral range (read at
+# run time), from which the system hands out the local ports of outgoing connections.
+# A port picked there (as portpicker's bind(0) picks) could be taken by some client's
+# connection in the seconds before the JVM binds it: a CI run lost a cluster start so.
+_FIRST_PORT = 10000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def free_port(taken: set[int]) -> int:
+    """A loopback port free now, outside the ephemeral range and not in `taken`; adds it."""
+    try:
+        end = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        end = 32768  # Linux's default start of the range
+    rng = random.SystemRandom()
+    for _ in range(1000):
+        port = rng.randrange(_FIRST_PORT, max(end, _FIRST_PORT + 1000))
+        if port not in taken and portpicker.is_port_free(port):
+            taken.add(port)
+            return port
+    port = portpicker.pick_unused_port()  # a crowded range: the system's pick, as before
+    taken.add(port)
+    return port
 
 
 def new_cluster_id() -> str:
@@ -71,7 +96,10 @@ class Topology:
     @classmethod
     def allocate(cls, n: int) -> Topology:
         nodes = list(range(1, n + 1))
-        pick = portpicker.pick_unused_port
+        taken: set[int] = set()
+
+        def pick() -> int:
+            return free_port(taken)
         ports = {i: NodePorts(pick(), {j: pick() for j in nodes}, {j: pick() for j in nodes})
                  for i in nodes}
         links = [Link("client", 0, i, pick(), ports[i].client) for i in nodes]
