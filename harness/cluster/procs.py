@@ -33,6 +33,15 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the thread that forked it ends: for a
+    process forked without exec (a client host, run/host.py)."""
+    parent = os.getppid()
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def spawn(argv: list[str], log: Path, owned: bool = True, env: dict | None = None) -> int:
     """Start argv with stdout and stderr appended to log; return its pid."""
     def start() -> int:

@@ -7,11 +7,12 @@ with no open transaction, which shrinking can produce) is skipped and recorded n
 """
 from __future__ import annotations
 
-import itertools
 import logging
+import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -34,6 +35,11 @@ START_TIMEOUT = 2.0
 HANG_GRACE = 10.0
 # commit_transaction calls per transaction before the client gives up on it (see op_commit).
 COMMIT_ATTEMPTS = 3
+# How client processes are made (run/host.py): forked from a server that has this
+# module imported.
+PROCESSES = multiprocessing.get_context("forkserver")
+# The calls this process gave up on (bounded): each left a thread blocked with its client.
+abandoned: list[str] = []
 
 
 @dataclass
@@ -49,8 +55,9 @@ class RunContext:
     run_id: str
     partitions: dict[str, int]  # plan topic -> partition count
     clients: dict[str, dict] = field(default_factory=dict)  # the plan's clients
-    _values: itertools.count = field(default_factory=lambda: itertools.count(1))
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Where write values come from: one counter in shared memory, so that values stay
+    # unique across the run's client processes (run/host.py).
+    values: Any = field(default_factory=lambda: PROCESSES.Value("q", 0))
 
     @property
     def prefix(self) -> str:
@@ -75,8 +82,9 @@ class RunContext:
         return self.group(self.clients.get(client, {}).get("group", client))
 
     def value(self) -> int:
-        with self._lock:
-            return next(self._values)
+        with self.values.get_lock():
+            self.values.value += 1
+            return self.values.value
 
 
 def run_prefix(run_id: str) -> str:
@@ -127,7 +135,9 @@ def bounded(call, *args, timeout: float | None = None):
     5456 and 5511, open at 2.14). A harness must not hang with them, so the call runs in
     a daemon thread; if it does not return in time it raises Hung, and that thread stays
     blocked with the producer it holds, which the caller abandons: the next producer
-    with the same transactional id fences it."""
+    with the same transactional id fences it. The call is noted in `abandoned`, and the
+    host of this client process (run/host.py) has the harness replace the process once
+    its op is recorded, which frees what the blocked thread holds."""
     timeout = OP_TIMEOUT if timeout is None else timeout
     box: dict = {}
     done = threading.Event()
@@ -142,8 +152,10 @@ def bounded(call, *args, timeout: float | None = None):
 
     threading.Thread(target=target, daemon=True, name="onceproof-bounded").start()
     if not done.wait(timeout + HANG_GRACE):
-        raise Hung(f"{getattr(call, '__name__', 'call')} did not return {timeout + HANG_GRACE:.0f} s "
-                   f"after it was called with a {timeout:.0f} s timeout")
+        hung = (f"{getattr(call, '__name__', 'call')} did not return {timeout + HANG_GRACE:.0f} s "
+                f"after it was called with a {timeout:.0f} s timeout")
+        abandoned.append(hung)
+        raise Hung(hung)
     if "error" in box:
         raise box["error"]
     return box.get("value")

@@ -75,11 +75,14 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
             except KafkaException as exc:
                 raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
             driver = load if concurrent(plan) else rounds
-            summary = driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
-                                   on_progress)
-            if on_progress:
-                on_progress(1, 1, "settling, final reads")
-            fleet.close(plan["clients"])
+            try:
+                summary = driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
+                                       on_progress)
+                if on_progress:
+                    on_progress(1, 1, "settling, final reads")
+                fleet.close(plan["clients"])
+            finally:
+                fleet.end()
             _settle(cluster, ctx, plan)
             _final_reads(cluster, ctx, plan)
             _final_offsets(ctx, plan)

@@ -1,12 +1,14 @@
 """The clients of one run: each plan client is an application, run by one process at a time.
 
-When a process dies (a client library error escaped its op), hangs (its op outlived
-every timeout it was given) or is crashed on purpose (a plan's schedule), the
-application comes back as a new process, as a restarted one would: new client
-instances with the same transactional id and consumer group, under a new process name
-(`x0.1`, `x0.2`, ...). The new name keeps the history's rule that a process does one op
-at a time: a hung process's op stays open forever, and its successor's ops are its own.
-The history records each replacement as an `info` op of the nemesis (docs/history.md).
+Each process is an operating-system process of its own (run/host.py). When it dies (a
+client library error escaped its op), hangs (its op outlived every timeout it was
+given, or a library call in it never returned) or is crashed on purpose (a plan's
+schedule), the harness kills it and the application comes back as a new process, as a
+restarted one would: new client instances with the same transactional id and consumer
+group, under a new process name (`x0.1`, `x0.2`, ...). The new name keeps the history's
+rule that a process does one op at a time: an op the killed process had open stays open
+forever, and its successor's ops are its own. The history records each replacement as
+an `info` op of the nemesis (docs/history.md).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import time
 
 from confluent_kafka import KafkaException
 
-from onceproof.run.clients import CLIENTS, Client, RunContext
+from onceproof.run.clients import RunContext
+from onceproof.run.host import HostedClient, Stuck
 
 # The history's names for why a process was replaced.
 ERROR, HUNG, CRASHED = "client_error", "client_hung", "client_crashed"
@@ -26,15 +29,32 @@ class Fleet:
         self.plan, self.ctx = plan, ctx
         self._lock = threading.Lock()
         self._incarnations = dict.fromkeys(plan["clients"], 0)
-        self.current: dict[str, Client] = {cid: self._make(cid, cid) for cid in plan["clients"]}
         self.replaced = 0
+        # Every host starts at once; each then waits for its client to be made.
+        self.current: dict[str, HostedClient] = {}
+        for cid, spec in plan["clients"].items():
+            self.current[cid] = HostedClient(cid, spec, plan, ctx, cid)
+        try:
+            for client in self.current.values():
+                client.wait_started()
+        except BaseException:
+            self.end()
+            raise
 
-    def _make(self, cid: str, process: str) -> Client:
-        spec = self.plan["clients"][cid]
-        return CLIENTS[spec["role"]](cid, spec, self.plan, self.ctx, process)
+    def _make(self, cid: str, process: str) -> HostedClient:
+        client = HostedClient(cid, self.plan["clients"][cid], self.plan, self.ctx, process)
+        client.wait_started()
+        return client
+
+    def stopped(self, cid: str, client: HostedClient, exc: KafkaException,
+                op: dict | None) -> HostedClient:
+        """Replace the process whose op raised `exc`: a client library error that
+        escaped it, or a library call stuck in it (host.Stuck)."""
+        return self.replace(cid, HUNG if isinstance(exc, Stuck) else ERROR,
+                            f"client {client.process} stopped: {exc}", op, gone=client)
 
     def replace(self, cid: str, why: str, detail: str, op: dict | None = None,
-                gone: Client | None = None, after: float = 0.0) -> Client:
+                gone: HostedClient | None = None, after: float = 0.0) -> HostedClient:
         """Retire the process running cid (unless `gone` names one that is already
         retired) and start the next `after` seconds later; record the replacement.
         Returns the current client."""
@@ -49,11 +69,7 @@ class Fleet:
         if op is not None:
             value["op"] = op
         self.ctx.writer.fault(why, value, type="info", error=detail)
-        if why == CRASHED:
-            try:
-                old.crash()
-            except KafkaException:
-                pass  # a crash records nothing either way
+        old.crash()  # for every reason: a supervisor kills what it replaces
         time.sleep(after)
         # The first incarnation was made with the same config, so this one can be too.
         new = self._make(cid, process)
@@ -62,8 +78,11 @@ class Fleet:
         return new
 
     def close(self, cids) -> None:
+        """Close each client as an application shutting down would; its process ends."""
         for cid in cids:
-            try:
-                self.current[cid].close()
-            except KafkaException:
-                pass  # closing records nothing, so its failure changes no history
+            self.current[cid].close()
+
+    def end(self) -> None:
+        """Kill every client process still running (a run that stopped early)."""
+        for client in self.current.values():
+            client.crash()

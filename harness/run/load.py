@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from onceproof.checkers.memory import trim
 from onceproof.run.clients import lane_process
-from onceproof.run.fleet import CRASHED, ERROR, HUNG, Fleet
+from onceproof.run.fleet import CRASHED, HUNG, Fleet
 from onceproof.workloads.ops import Seeded, closing_op, next_op
 
 # Far above what an op takes when every client call keeps to its bounds (clients.bounded).
@@ -87,8 +87,7 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
                 try:
                     client.run(op, w.lane)
                 except KafkaException as exc:
-                    fleet.replace(w.cid, ERROR, f"client {client.process} stopped: {exc}", op,
-                                  gone=client)
+                    fleet.stopped(w.cid, client, exc, op)
                     state = {}
                 w.op = None
             # The run is over: end what is open, as an application shutting down would,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 
-from onceproof.run.fleet import ERROR, HUNG, Fleet
+from onceproof.run.fleet import HUNG, Fleet
 
 # A safety net far above what a round takes when every client call keeps to its bounds
 # (clients.bounded): a client whose op has not returned by then is left behind, so no
@@ -50,7 +50,7 @@ def _round(fleet: Fleet, ops: dict) -> None:
         try:
             client.run(op)
         except KafkaException as exc:
-            fleet.replace(cid, ERROR, f"client {client.process} stopped: {exc}", op, gone=client)
+            fleet.stopped(cid, client, exc, op)
         except BaseException as exc:  # re-raised in the runner's thread below
             errors[cid] = exc
 
