@@ -15,8 +15,6 @@ import ctypes
 import os
 from collections.abc import Callable
 
-import pyarrow as pa
-
 
 def _glibc(name: str) -> Callable[..., int] | None:
     try:
@@ -36,6 +34,8 @@ _TRIM_DEFAULT = 128 << 10  # glibc's M_TRIM_THRESHOLD
 
 def give_back() -> None:
     """Return the freed memory both allocators hold to the system."""
+    import pyarrow as pa  # here: a run's client processes use this module without Arrow
+
     pa.default_memory_pool().release_unused()
     trim()
 
@@ -91,6 +91,8 @@ def for_checking() -> bool:
     for a conversion: its peak at 10M events rose from 3.4-3.5 to 3.5-3.7 GiB."""
     if _mallopt is None:
         return False
+    import pyarrow as pa
+
     pa.set_memory_pool(pa.system_memory_pool())
     return keep_freed()
 

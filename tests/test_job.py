@@ -91,7 +91,20 @@ def test_bad_input_is_one_clear_line(args, words):
     _one_line_error(_onceproof(*args, timeout=120), words)
 
 
-def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
+def _client_processes(pid: int) -> list[psutil.Process]:
+    """The run's client processes (run/host.py) and the fork server they come from."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "crash"])
+def test_ctrl_c_or_a_crash_leaves_a_readable_history_and_no_orphans(tmp_path, sig):
     # Its stderr to a file: a pipe nobody reads until the end would stop the run at its
     # next write once full; and a failure shows what the run said.
     said = tmp_path.parent / f"{tmp_path.name}.stderr"
@@ -109,13 +122,17 @@ def test_ctrl_c_leaves_a_readable_history_and_no_orphans(tmp_path):
         time.sleep(0.5)
     assert history is not None, f"the run never started recording: {said.read_text()[-3000:]}"
     state = json.loads(next(tmp_path.glob("*/cluster/state.json")).read_text())
-    proc.send_signal(signal.SIGINT)
+    clients = _client_processes(proc.pid)
+    # The default run's nine clients, each in a process of its own, and their fork server.
+    assert len(clients) >= 10, [c.cmdline() for c in clients]
+    proc.send_signal(sig)
     proc.wait(120)
-    assert proc.returncode == 130
-    assert "interrupted" in said.read_text()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert "interrupted" in said.read_text()
     events = read_events(history)  # a truncated last line is tolerated, anything else raises
     assert len(events) > 5
-    pids = list(state["pids"].values())
+    pids = list(state["pids"].values()) + [c.pid for c in clients]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
         time.sleep(0.2)

@@ -12,12 +12,14 @@ import multiprocessing
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from onceproof.checkers.history import HistoryWriter
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
+
+if TYPE_CHECKING:  # a client process records through run/host.py's Forwarder instead
+    from onceproof.checkers.history import HistoryWriter
 
 # librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
 # its most severe level, which log_level cannot silence; the history records it anyway.
