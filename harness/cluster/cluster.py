@@ -140,6 +140,8 @@ class Cluster(Metadata):
         for name in list(self.pids):
             procs.kill(self.pids.pop(name))
         self.save_state()
+        if self._topology is not None:
+            self._topology.release()
 
     def __enter__(self) -> Cluster:
         return self.up()

@@ -21,12 +21,16 @@ A node reaches itself directly: that is no network link, and a partition never c
 from __future__ import annotations
 
 import base64
+import fcntl
+import os
 import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import portpicker
+
+from onceproof.cluster.provision import cache_dir
 
 HOST = "127.0.0.1"
 # Where a cluster's ports are drawn from: below the kernel's ephemeral range (read at
@@ -37,8 +41,28 @@ _FIRST_PORT = 10000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
-def free_port(taken: set[int]) -> int:
-    """A loopback port free now, outside the ephemeral range and not in `taken`; adds it."""
+def _claim(port: int) -> int | None:
+    """A lock on `port` that this process holds until it closes the descriptor returned,
+    or until it ends however it ends; None when another process holds it.
+
+    Being free when drawn is not enough: a partition disables proxies, which closes
+    their listening ports for as long as it lasts, and another cluster on the machine
+    starting meanwhile could draw one of them (a soak lost its run so); re-enabling the
+    proxy then fails. Every cluster of onceproof's claims its ports here first."""
+    folder = cache_dir() / "ports"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def free_port(claims: dict[int, int]) -> int:
+    """A loopback port free now, outside the ephemeral range, claimed by no other
+    cluster of onceproof's; adds it and its claim's descriptor to `claims`."""
     try:
         end = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -46,12 +70,13 @@ def free_port(taken: set[int]) -> int:
     rng = random.SystemRandom()
     for _ in range(1000):
         port = rng.randrange(_FIRST_PORT, max(end, _FIRST_PORT + 1000))
-        if port not in taken and portpicker.is_port_free(port):
-            taken.add(port)
+        if port in claims or (fd := _claim(port)) is None:
+            continue
+        if portpicker.is_port_free(port):
+            claims[port] = fd
             return port
-    port = portpicker.pick_unused_port()  # a crowded range: the system's pick, as before
-    taken.add(port)
-    return port
+        os.close(fd)
+    raise OSError(f"no free port between {_FIRST_PORT} and {end} after 1000 tries")
 
 
 def new_cluster_id() -> str:
@@ -92,14 +117,22 @@ class Topology:
     links: list[Link]
     toxiproxy_api: int
     cluster_id: str = field(default_factory=lambda: new_cluster_id())
+    # The descriptors of the ports' claims (_claim), held while the cluster runs.
+    claims: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def release(self) -> None:
+        """Give up the ports' claims: the cluster is down."""
+        for fd in self.claims.values():
+            os.close(fd)
+        self.claims.clear()
 
     @classmethod
     def allocate(cls, n: int) -> Topology:
         nodes = list(range(1, n + 1))
-        taken: set[int] = set()
+        claims: dict[int, int] = {}
 
         def pick() -> int:
-            return free_port(taken)
+            return free_port(claims)
         ports = {i: NodePorts(pick(), {j: pick() for j in nodes}, {j: pick() for j in nodes})
                  for i in nodes}
         links = [Link("client", 0, i, pick(), ports[i].client) for i in nodes]
@@ -108,7 +141,7 @@ class Topology:
                 if i != j:
                     links.append(Link("repl", j, i, pick(), ports[i].repl[j]))
                     links.append(Link("ctl", j, i, pick(), ports[i].controller[j]))
-        return cls(nodes, ports, links, pick())
+        return cls(nodes, ports, links, pick(), claims=claims)
 
     def link(self, kind: str, src: int, dst: int) -> Link:
         for link in self.links:
