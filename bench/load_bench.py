@@ -55,27 +55,52 @@ def is_client(process: str, final: bool = False) -> bool:
     return process not in (NEMESIS, FINAL) and not final
 
 
+def harness_processes(proc: psutil.Process) -> list[psutil.Process]:
+    """`proc` and the Python processes under it: the fork server and the client
+    processes of run/host.py, and multiprocessing's resource tracker; not the cluster's
+    JVMs and toxiproxy, which are its children too."""
+    found = [proc]
+    for child in proc.children(recursive=True):
+        try:
+            if child.name().startswith("python"):
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
 class Usage:
-    """The harness process's CPU time and resident memory while a run goes, RSS sampled
-    every second: a load generator whose memory grows with the run cannot run long."""
+    """The harness's CPU time and memory while a run goes, sampled every second over its
+    processes (harness_processes): a load generator whose memory grows with the run
+    cannot run long. Memory is their PSS together (the forked processes' common pages
+    counted once). The CPU of a client process is its last sample's, so a process that
+    ended loses at most its last second."""
 
     def __init__(self) -> None:
         self.proc = psutil.Process()
-        self.rss: list[int] = []
+        self.pss: list[int] = []
+        self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
 
-    def _cpu(self) -> float:
-        t = self.proc.cpu_times()
-        return t.user + t.system
+    def _take(self) -> None:
+        pss = 0
+        for p in harness_processes(self.proc):
+            try:
+                t = p.cpu_times()
+                self._cpu[p.pid] = t.user + t.system
+                pss += p.memory_full_info().pss
+            except psutil.Error:  # it ended meanwhile
+                pass
+        self.pss.append(pss)
 
     def _sample(self) -> None:
-        while True:
-            self.rss.append(self.proc.memory_info().rss)
-            if self._stop.wait(1.0):
-                return
+        while not self._stop.wait(1.0):
+            self._take()
 
     def __enter__(self) -> Usage:
-        self.started, self.cpu = time.monotonic(), self._cpu()
+        self.started = time.monotonic()
+        self._take()
+        self.cpu0 = sum(self._cpu.values())
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -83,14 +108,15 @@ class Usage:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._take()
         self.seconds = time.monotonic() - self.started
-        self.cpu = self._cpu() - self.cpu
+        self.cpu = sum(self._cpu.values()) - self.cpu0
 
     def figures(self) -> dict:
         return {"wall_seconds": round(self.seconds, 1),
                 "cpu_percent": round(100 * self.cpu / self.seconds, 1),
-                "rss_min_mib": round(min(self.rss) / MIB, 1),
-                "rss_max_mib": round(max(self.rss) / MIB, 1), "rss_samples": len(self.rss)}
+                "pss_min_mib": round(min(self.pss) / MIB, 1),
+                "pss_max_mib": round(max(self.pss) / MIB, 1), "pss_samples": len(self.pss)}
 
 
 class NullRecorder(HistoryWriter):
@@ -194,9 +220,10 @@ def report(console: Console, out: dict, latency: pd.DataFrame) -> None:
         ("faults with client ops in flight", f"{rec['faults_with_ops_in_flight']} of {rec['faults']}"),
         ("history", f"{rec['history_mib']} MiB, {rec['history_events']} events, "
                     f"converted in {rec['convert_seconds']} s"),
-        ("harness CPU", f"{rec['cpu_percent']}% of one core over {rec['wall_seconds']} s"),
-        ("harness RSS min / max", f"{rec['rss_min_mib']} / {rec['rss_max_mib']} MiB "
-                                  f"({rec['rss_samples']} samples)"),
+        ("harness CPU (its processes)", f"{rec['cpu_percent']}% of one core over "
+                                        f"{rec['wall_seconds']} s"),
+        ("harness PSS min / max", f"{rec['pss_min_mib']} / {rec['pss_max_mib']} MiB "
+                                  f"({rec['pss_samples']} samples)"),
     ]
     if null:
         rows += [("null recorder: ops/s, CPU", f"{null['client_ops_per_s']}, {null['cpu_percent']}%"),

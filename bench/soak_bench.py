@@ -32,7 +32,7 @@ from pathlib import Path
 
 import click
 import psutil
-from load_bench import fault_kinds  # this folder's load bench: the same --faults
+from load_bench import fault_kinds, harness_processes  # this folder's load bench
 from rich.console import Console
 from rich.table import Table
 
@@ -88,22 +88,9 @@ class Samples:
         self.mallinfo = _mallinfo()
         self._stop = threading.Event()
 
-    def harness(self) -> list[psutil.Process]:
-        """This process and the Python processes under it (the fork server, the client
-        processes, multiprocessing's resource tracker); not the cluster's JVMs and
-        toxiproxy, which are children too."""
-        found = [self.proc]
-        for child in self.proc.children(recursive=True):
-            try:
-                if child.name().startswith("python"):
-                    found.append(child)
-            except psutil.Error:
-                pass
-        return found
-
     def _take(self) -> None:
         pss, n = 0, 0
-        for p in self.harness():
+        for p in harness_processes(self.proc):
             try:
                 pss += p.memory_full_info().pss
                 n += 1

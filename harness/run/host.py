@@ -30,6 +30,7 @@ import time
 import traceback
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from multiprocessing import spawn
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -50,6 +51,29 @@ START_TIMEOUT = 60.0
 # What a host answers a request with, besides success (None).
 KAFKA, STUCK, BUG, GONE = "kafka", "stuck", "bug", "gone"
 _START = -1  # the request id of a host's start
+
+
+def _start(proc) -> None:
+    """Start `proc` without having it run the harness's main script again.
+
+    multiprocessing has every process it starts import its parent's `__main__` (the
+    `onceproof` script, a bench, pytest), which loads the checkers, pandas and Arrow: a
+    host then took 85 MiB where its client needs 30 (measured with load_bench.py). A host
+    has what it needs from the fork server's preload, so the main script is left out of
+    what the new process is told to prepare."""
+    def without_main(name: str) -> dict:
+        data = prepare(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _starting:
+        prepare = spawn.get_preparation_data
+        spawn.get_preparation_data = without_main
+        try:
+            proc.start()
+        finally:
+            spawn.get_preparation_data = prepare
 
 
 class Stuck(KafkaException):
@@ -81,8 +105,7 @@ class HostedClient:
         self._conn = ours
         self._proc = _MP.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
                                  args=(theirs, cid, spec, plan, context, process, ctx.values))
-        with _starting:
-            self._proc.start()
+        _start(self._proc)
         theirs.close()
         threading.Thread(target=self._read, daemon=True,
                          name=f"onceproof-host-{process}").start()
