@@ -416,6 +416,8 @@ class PartitionLog:
                 "rec": r["rec"].to_numpy(dtype=float, na_value=np.nan)[at],
                 "isolation": r["isolation"].array.take(at), "rc": self.read_committed[at],
                 "retracted": retracted[at],
+                "txn": r["txn"].array.codes[at].astype(np.int64),
+                "invoke": r["invoke_index"].to_numpy(dtype=np.int64, na_value=-1)[at],
                 "start": gap_start[gap], "start_op": gap_start_op[gap]}, at
 
     @property
@@ -423,8 +425,9 @@ class PartitionLog:
         """The reads of a known offset, each process's in its order (the order of its
         ops, and within a poll of its records), as equal-length arrays: run (its run's
         number), offset, op, rec, isolation, rc (`read_committed`'s), retracted (its
-        transaction aborted), start (its run's seek position, or NaN) and start_op (that
-        seek's op)."""
+        transaction aborted), txn (its poll's transaction, as a code of the steps'
+        Categorical; -1: none), invoke (its poll's invoke index), start (its run's seek
+        position, or NaN) and start_op (that seek's op)."""
         return self._runs[0]
 
     def run_read(self, i: int) -> dict:
