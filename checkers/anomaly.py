@@ -83,6 +83,11 @@ def _a(name: str, family: str, definition: str, witnesses: MappingProxyType,
                    MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles))
 
 
+# The role of the op that committed a write's transaction, where a type's definition
+# rests on the write being committed.
+_COMMIT_OF_TXN = ("the commit_txn of the write's transaction, for a write in one (the one "
+                  "that completed ok, else those that may have committed it)")
+
 # Where most rows point: the op that did or saw it, in its partition.
 _AT = {"process": "", "topic": "", "partition": ""}
 
@@ -120,7 +125,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        roles={"writer": "the send",
               "reader": "the last poll of a scan that went over it, one per reader process",
               "scan start": "where that scan began: the seek (or assign) whose position "
-                            "began it, else the poll of its first read"}),
+                            "began it, else the poll of its first read",
+              "commit": _COMMIT_OF_TXN}),
     _a("unseen", "loss", """
        An acknowledged write that the final reads (polls marked final) did not return
        although they went over it: it was acknowledged before the final watermarks were read, so it lies below
@@ -136,7 +142,8 @@ REGISTRY: tuple[Anomaly, ...] = (
               "scan start": "where that scan began: the seek (or assign) whose position "
                             "began it, else the poll of its first read",
               "watermarks": "the final watermarks op, when the write's offset is at or past their "
-                            "high watermark"}),
+                            "high watermark",
+              "commit": _COMMIT_OF_TXN}),
     _a("hanging_txn", "loss", """
        The last watermarks read show a partition's last stable offset below its high
        watermark, and no transaction that may hold it there can still be open as Kafka
@@ -185,7 +192,9 @@ REGISTRY: tuple[Anomaly, ...] = (
               "scan start": "where that scan began: the seek (or assign) whose position began it, "
                             "else the poll of its first read",
               "seen writer": "the send of a write they returned",
-              "reader": "a read_committed poll that returned it"}),
+              "reader": "a read_committed poll that returned it",
+              "commit": "the commit_txn of the transaction (the one that completed ok, else "
+                        "those that may have committed it)"}),
     # Where consumers read (consumption)
     _a("poll_skip", "consumption", """
        Within one consumer's run, a read at offset b while the consumer stood just past

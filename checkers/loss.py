@@ -34,10 +34,13 @@ def _where(w) -> str:
 
 
 def _record(type, w, detail, *others) -> dict:
+    # A write in a transaction is acknowledged as committed by its transaction's commit:
+    # the driver names the commit_txn that decided it (engine.at_outcome).
     return {"type": type, "severity": VIOLATION, "process": w["process"], "op": num(w["op"]),
             "offset": None if np.isnan(w["offset"]) else int(w["offset"]),
             "value": num(w["value"]), "txn": w["txn"], "detail": detail,
-            "witnesses": witnesses((w["op"], "writer"), *others)}
+            "witnesses": witnesses((w["op"], "writer"), *others),
+            "witness_at": engine.at_outcome(w["txn"], "commit")}
 
 
 def lost_writes(cov: pd.DataFrame) -> list[dict]:
