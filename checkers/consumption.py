@@ -132,13 +132,32 @@ def sequences(pl: PartitionLog) -> pd.DataFrame:
     rewind_mismatch: after a seek to offset o, the consumer's next read of the
     partition is not the first value visible to it at an offset >= o (it read below o,
     or passed over a visible value at or after o)."""
+    return _sequences(pl)[0]
+
+
+# What the rules could not judge for lack of information (the verdict's `unjudged`).
+UNJUDGED_AFTER_ABORT = (
+    "first reads after an aborted transaction where the consumer's position was not known "
+    "(no read of its run outside aborted transactions, no commit of its offset, no seek)")
+UNJUDGED_START = ("first reads of runs begun by an assign that named no position (and no "
+                  "seek): not checked against where the consumer starts")
+
+
+def _sequences(pl: PartitionLog) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """sequences' anomalies, and the unjudged fact rows of its rules."""
     out: list[dict] = []
     reads = np.arange(len(pl.runs["run"]))
     if not len(reads):
-        return engine.anomalies(out)
-    _pairs(pl, reads, out)
+        return engine.anomalies(out), engine.unjudged("", 0, "")
+    not_judged = _pairs(pl, reads, out)
     _rewinds(pl, reads, out)
-    return engine.anomalies(out)
+    run = pl.runs["run"]
+    heads = np.r_[True, run[1:] != run[:-1]]
+    assigned = int((heads & pl.runs["from_assign"]).sum())
+    counts = pd.concat([engine.unjudged("poll_skip, nonmonotonic_poll", not_judged,
+                                        UNJUDGED_AFTER_ABORT),
+                        engine.unjudged("rewind_mismatch", assigned, UNJUDGED_START)])
+    return engine.anomalies(out), counts
 
 
 def _commits_of(pl: PartitionLog) -> tuple[np.ndarray, ...]:
@@ -161,8 +180,9 @@ def _commits_of(pl: PartitionLog) -> tuple[np.ndarray, ...]:
     return proc[order], inv[order], done[order], off[order], op[order]
 
 
-def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
-    """Each read of a run against where its consumer stood before it (sequences)."""
+def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> int:
+    """Each read of a run against where its consumer stood before it (sequences); how
+    many first reads after an abort could not be judged (no position known)."""
     runs = pl.runs
     run, retracted, txn = runs["run"], runs["retracted"], runs["txn"]
     offs = runs["offset"].astype(np.int64, copy=False)
@@ -179,7 +199,7 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
         _judge(pl, reads, offs, a, same, prev, nan, nan,
                lambda i: f"read offset {a[i]} then", np.zeros(n, dtype=bool), out)
         _head_skips(pl, reads, heads, out)
-        return
+        return 0
     prev_retracted = np.r_[False, retracted[:-1]]
     # Consecutive reads of one aborted transaction are judged against each other.
     inside = same & retracted & prev_retracted & np.r_[False, txn[1:] == txn[:-1]]
@@ -240,6 +260,7 @@ def _pairs(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
         return f"read offset {a[i]} then"
     _judge(pl, reads, offs, a, judged, prev, seek, commit, before, inside, out)
     _head_skips(pl, reads, heads, out)
+    return int((across & ~judged).sum())
 
 
 def _judge(pl: PartitionLog, rows: np.ndarray, offs: np.ndarray, a: np.ndarray,
@@ -332,7 +353,7 @@ def _rewinds(pl: PartitionLog, reads: np.ndarray, out: list[dict]) -> None:
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
-    return [sequences(pl)]
+    return list(_sequences(pl))
 
 
 def find(tables):

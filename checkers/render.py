@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .verdict import Verdict, describe
+from .verdict import Verdict, describe, unjudged_lines
 
 
 def table(verdict: Verdict) -> Table:
@@ -34,7 +34,7 @@ def show(verdict: Verdict, console: Console | None = None) -> None:
     # The verdict on a line of its own, never wrapped: what a script greps for.
     console.print(escape(verdict.headline), soft_wrap=True)
     console.print(table(verdict))
-    for line in witness_lines(verdict):
+    for line in witness_lines(verdict) + unjudged_lines(verdict.unjudged):
         console.print(escape(line), soft_wrap=True)
 
 

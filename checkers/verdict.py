@@ -50,7 +50,10 @@ class Verdict:
     tested: what the run tested, when the harness ran it (the cluster as it described
     itself, and `faults_injected`); on a cluster the harness did not start, also which
     faults could not be injected. processes: the process of each op the first example
-    of each type names as a witness (op id, as a string, -> process)."""
+    of each type names as a witness (op id, as a string, -> process). unjudged: what
+    a rule could not be applied to for lack of information, per rule and reason, as
+    [{rule, count, why}] (docs/checkers.md, "What was not judged"): what a VALID rests
+    on."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
@@ -62,6 +65,8 @@ class Verdict:
     # The process of each op the first example of a type names as a witness (op id as
     # a string -> process), for the terminal summary.
     processes: dict[str, str] = field(default_factory=dict)
+    # What the rules could not judge for lack of information: [{rule, count, why}].
+    unjudged: list[dict] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
@@ -93,7 +98,8 @@ class Verdict:
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
                    stalls=list(d.get("stalls", [])), unknown=d.get("unknown"),
                    tested=dict(d.get("tested") or {}),
-                   processes=dict(d.get("processes") or {}))
+                   processes=dict(d.get("processes") or {}),
+                   unjudged=[dict(u) for u in d.get("unjudged") or []])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -129,7 +135,16 @@ class Verdict:
                 lines.append(f"    - {describe(ex)}")
         if not self.counts:
             lines.append("  no anomalies")
+        lines += unjudged_lines(self.unjudged)
         return "\n".join(lines)
+
+
+def unjudged_lines(unjudged: list[dict]) -> list[str]:
+    """What was not judged, for people: one line per rule and reason."""
+    if not unjudged:
+        return []
+    return ["Not judged, for lack of information:"] + [
+        f"  {u['rule']}: {u['count']} {u['why']}" for u in unjudged]
 
 
 def describe_tested(tested: dict) -> str:
@@ -220,6 +235,7 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
         finally:
             if removal is not None:
                 removal.join()  # before `work` is removed, which holds the spool
+        unjudged = list(found.attrs.get("unjudged") or [])
         found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
                                   kind="stable")
         per_type: dict[str, int] = {}
@@ -246,7 +262,8 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
                    valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
                    notes=[t for t in order if t not in violating | stalling], stats=stats,
-                   stalls=[t for t in order if t in stalling], processes=processes)
+                   stalls=[t for t in order if t in stalling], processes=processes,
+                   unjudged=unjudged)
 
 
 def _witness_processes(folder: Path, examples: dict[str, list[dict]]) -> dict[str, str]:

@@ -748,3 +748,42 @@ def test_a_transactions_later_send_offsets_replaces_its_earlier_one(tmp_path):
                                                                           v.summary())
         if stale:
             example(v, "stale_offset_fetch", op=fetch)
+
+
+# Issue 52, point 4: what was not judged is counted per rule.
+
+def _blind_spots(h):
+    """c0 starts at an assign with no position and reads from offset 2: values 1 and 2
+    may or may not have been gone over (value 2 pp reads later); pp's run, begun by an
+    assign with no position, aborts its only read before reading again."""
+    _inputs(h)
+    h.assign("c0", [0])
+    h.poll("c0", [(0, 2, 3), (0, 3, 4)])
+    h.assign("pp", [0])
+    _in_txn(h, "pp", "T1", [(0, 2, 3)], "abort")
+    _in_txn(h, "pp", "T2", [(0, 1, 2)], "ok")
+
+
+@pytest.mark.parametrize("on_spark", [False, True])
+def test_what_was_not_judged_is_counted_per_rule(tmp_path, request, on_spark):
+    h = History(tmp_path / "h.jsonl")
+    _blind_spots(h)
+    v = verdict(h, spark=request.getfixturevalue("spark") if on_spark else None)
+    assert v.valid and found(v) == set(), v.summary()
+    counts = {u["rule"]: u["count"] for u in v.unjudged}
+    assert counts == {"lost_write": 1, "poll_skip, nonmonotonic_poll": 1, "rewind_mismatch": 2}
+    assert all(u["why"] for u in v.unjudged)
+    assert "Not judged, for lack of information:" in v.summary()
+    assert v.to_dict()["unjudged"] == v.unjudged
+
+
+def test_a_history_whose_every_start_is_known_has_nothing_unjudged(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    h.assign("c0", [0], starts={0: 0})
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.seek("pp", [(0, 0)])
+    _in_txn(h, "pp", "T1", [(0, 0, 1)], "abort")
+    _in_txn(h, "pp", "T2", [(0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4)], "ok")
+    v = verdict(h)
+    assert v.valid and v.unjudged == [], v.summary()

@@ -146,3 +146,19 @@ def test_check_prints_each_types_first_witnesses(tmp_path):
             f"skipped writer: p0 op {lost}") in done.output
     saved = json.loads((tmp_path / "v.json").read_text())
     assert saved["processes"][str(seek)] == "c0"
+
+
+def test_check_prints_what_was_not_judged(tmp_path):
+    """Issue 52, point 4: a VALID verdict says, at the terminal, what it rests on."""
+    from tests.histories import History
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.send("p0", [(0, 2, 1)])
+    h.assign("c0", [0])                 # no position: c0's scan begins at its read
+    h.poll("c0", [(0, 1, 2)])
+    h.close()
+    done = CliRunner().invoke(main, ["check", str(h.path)])
+    assert done.exit_code == 0, done.output
+    assert "Not judged, for lack of information:" in done.output
+    assert re.search(r"lost_write: 1 acknowledged writes no read returned", done.output)
+    assert re.search(r"rewind_mismatch: 1 first reads of runs begun by an assign", done.output)
