@@ -4,7 +4,13 @@ Per partition, each consumer's reads form runs (checkers/partlog.py): stretches 
 no seek, assign or info op between. Within a run, the reads a consumer made inside a
 transaction that aborted are *retracted*: an exactly-once consumer rewinds after an
 abort, and an application that does not, and goes on from where the aborted reads
-left it, skips those records as far as anything committed is concerned.
+left it, skips those records as far as anything committed is concerned. So the first
+read after an abort is judged from where the consumer stood outside the aborted
+transaction (its last read outside one, or its last commit of its offset since, or its
+run's seek position), whether or not the history records the rewind as a seek
+(sequences). A reader must return, when it goes over their offsets, the values
+visible to it in the read log and those an acknowledged committed write's ack alone
+places (_musts): passing over either is a skip.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ def _acked_only(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values), sorted by offset, of the acknowledged committed writes known
     only from their acks: the send's ack names the offset, no poll returned the value
     and none returned anything at that offset (and no other such ack names it too).
-    A consumer that went over such an offset skipped the value (point 2 of poll_skip)."""
+    A consumer that went over such an offset skipped the value (poll_skip)."""
     def build() -> tuple[np.ndarray, np.ndarray]:
         w = pl.writes
         none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
