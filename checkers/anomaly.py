@@ -83,6 +83,11 @@ def _a(name: str, family: str, definition: str, witnesses: MappingProxyType,
                    MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles))
 
 
+# The role of the op that committed a write's transaction, where a type's definition
+# rests on the write being committed.
+_COMMIT_OF_TXN = ("the commit_txn of the write's transaction, for a write in one (the one "
+                  "that completed ok, else those that may have committed it)")
+
 # Where most rows point: the op that did or saw it, in its partition.
 _AT = {"process": "", "topic": "", "partition": ""}
 
@@ -120,7 +125,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        roles={"writer": "the send",
               "reader": "the last poll of a scan that went over it, one per reader process",
               "scan start": "where that scan began: the seek (or assign) whose position "
-                            "began it, else the poll of its first read"}),
+                            "began it, else the poll of its first read",
+              "commit": _COMMIT_OF_TXN}),
     _a("unseen", "loss", """
        An acknowledged write that the final reads (polls marked final) did not return
        although they went over it: it was acknowledged before the final watermarks were read, so it lies below
@@ -136,7 +142,8 @@ REGISTRY: tuple[Anomaly, ...] = (
               "scan start": "where that scan began: the seek (or assign) whose position "
                             "began it, else the poll of its first read",
               "watermarks": "the final watermarks op, when the write's offset is at or past their "
-                            "high watermark"}),
+                            "high watermark",
+              "commit": _COMMIT_OF_TXN}),
     _a("hanging_txn", "loss", """
        The last watermarks read show a partition's last stable offset below its high
        watermark, and no transaction that may hold it there can still be open as Kafka
@@ -185,31 +192,54 @@ REGISTRY: tuple[Anomaly, ...] = (
               "scan start": "where that scan began: the seek (or assign) whose position began it, "
                             "else the poll of its first read",
               "seen writer": "the send of a write they returned",
-              "reader": "a read_committed poll that returned it"}),
+              "reader": "a read_committed poll that returned it",
+              "commit": "the commit_txn of the transaction (the one that completed ok, else "
+                        "those that may have committed it)"}),
     # Where consumers read (consumption)
     _a("poll_skip", "consumption", """
-       Within one consumer's run, consecutive (not retracted) reads at offsets a < b
-       while the read log holds a value visible to that consumer strictly between them;
-       within one poll and across polls. After a seek whose first reads were retracted,
-       the first remaining read b skips if a visible value lies in [seek position, b).
-       This is what a pipeline that does not rewind after an abort does. Reads in a
-       transaction that aborted are still reads: consecutive reads of a run, either of
-       them retracted, are held to the same rule.""",
+       Within one consumer's run, a read at offset b while the consumer stood just past
+       offset a < b (after its previous read, or, across an aborted transaction, where it
+       stood outside it: below), and an offset strictly between them holds a value the
+       consumer must return: one visible to it in the read log, or the value of an
+       acknowledged committed write whose ack put it there and that no poll returned (nor
+       anything at that offset): the consumer skipped it, beside the lost_write. Within
+       one poll and across polls. The first read of a run that began at a known position
+       o (a seek, or an assign that named it) skips too when it passes over such a value
+       known only from its ack in [o, b). Across an aborted transaction (an exactly-once
+       consumer rewinds after one, recorded as a seek or not), the first read after the
+       aborted transaction's reads is judged from where the consumer stood outside it:
+       the later of its last read of the run outside any aborted transaction and its last
+       successful commit of its offset since (commit_offsets ok, or send_offsets in a
+       committed transaction), else the run's seek position; going back to it is
+       allowed, skipping past it is poll_skip. Reads inside one aborted transaction are
+       judged against each other, and its first read against where the consumer stood.
+       This is what a pipeline that does not rewind after an abort does.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
           detail="the skipped offset and value"),
        roles={"reader": "the poll that read b",
               "previous read": "the poll that read a",
-              "seek": "the seek (or the assign that said where reading starts), when b was the "
-                      "first remaining read after it",
+              "seek": "the seek (or the assign that said where reading starts), when the "
+                      "consumer stood at its position",
+              "committed offset": "the consumer's commit of its offset that said where it "
+                                  "stood after an aborted transaction",
               "skipped writer": "the send of the skipped value"}),
     _a("nonmonotonic_poll", "consumption", """
-       Within one consumer's run, the next (not retracted) read after one at offset a is
-       at b <= a: back, or the same offset again, with no seek or assign between; and
-       the same of consecutive reads either of which a transaction that aborted made.""",
+       Within one consumer's run, a read at offset b <= a while the consumer stood just
+       past offset a: back, or the same offset again, with no seek or assign between. a
+       is the consumer's previous read, or, across an aborted transaction, where it stood
+       outside it (as for poll_skip: its last read outside aborted transactions or its
+       last commit of its offset since, else the run's seek position): a consumer that
+       rewinds after an abort without a recorded seek goes back to there, which is
+       allowed, and no further. Reads inside one aborted transaction are judged against
+       each other.""",
        _w(**_AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
           detail=""),
        roles={"reader": "the poll that read b",
-              "previous read": "the poll that read a"}),
+              "previous read": "the poll that read a",
+              "seek": "the seek whose position said where the consumer stood after an "
+                      "aborted transaction",
+              "committed offset": "the consumer's commit of its offset that said where it "
+                                  "stood after an aborted transaction"}),
     _a("rewind_mismatch", "consumption", """
        After a seek to offset o (or an assign whose ok says the consumer starts at o),
        the consumer's next read of the partition is not the first value visible to it

@@ -51,6 +51,10 @@ from .history import values_at
 from .partlog import READ, PartitionLog
 
 ANOMALY = "anomaly"
+# Fact rows that count what a rule could not judge (unjudged), and their columns:
+# type (the rule: the anomaly types it finds), detail (why), value (how many).
+UNJUDGED = "unjudged"
+UNJUDGED_COLUMNS = ("type", "detail", "value")
 _S, _I = pa.string(), pa.int64()
 _FACT_COLUMNS = (("row", _S), ("txn2", _S), ("kind", _S), ("n1", _I), ("n2", _I),
                  ("a1", _I), ("a2", _I), ("a3", _I), ("a4", _I), ("a5", _I), ("a6", _I),
@@ -215,6 +219,16 @@ def anomalies(records: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame.from_records(records)
     df["row"] = ANOMALY
     return df
+
+
+def unjudged(rule: str, count: int, why: str) -> pd.DataFrame:
+    """A fact row counting the cases of a partition a rule (the anomaly types it finds)
+    could not judge for lack of information, and why; the driver sums them per rule
+    and why into the verdict's `unjudged` (collect)."""
+    if not count:
+        return _EMPTY
+    return facts(UNJUDGED, pd.DataFrame({"type": [rule], "detail": [why],
+                                         "value": [int(count)]}))
 
 
 def facts(row: str, df: pd.DataFrame) -> pd.DataFrame:
@@ -401,8 +415,9 @@ def unpacked(packed: list[bytes]) -> dict[str, Packed]:
 
 def kept_columns(families) -> dict[str, tuple[str, ...] | None]:
     """Each name of fact rows some family's finisher reads (its FACTS): the columns
-    they read of them (FACT_COLUMNS), or None for all of them."""
-    kept: dict[str, tuple[str, ...] | None] = {}
+    they read of them (FACT_COLUMNS), or None for all of them; and the unjudged
+    counts, which the driver reads (collect)."""
+    kept: dict[str, tuple[str, ...] | None] = {UNJUDGED: UNJUDGED_COLUMNS}
     for fam in families:
         columns = getattr(fam, "FACT_COLUMNS", None)
         for name in getattr(fam, "FACTS", ()):
@@ -740,7 +755,25 @@ def collect(tables, families, local: bool = False, rows: list[Rows] | None = Non
     found = [a for a, _ in rows] + forked.each(finished, last, len(fact_rows))
     result = _gathered([f for f in found if f is not None])
     result = _resolve(result, tables.dir, history)
-    return result[list(anomaly.COLUMNS)].reset_index(drop=True)
+    result = result[list(anomaly.COLUMNS)].reset_index(drop=True)
+    result.attrs["unjudged"] = unjudged_counts(fact_rows.of((UNJUDGED,), UNJUDGED_COLUMNS))
+    return result
+
+
+def unjudged_counts(rows: pd.DataFrame) -> list[dict]:
+    """The unjudged fact rows summed: [{rule, count, why}], in the order of the
+    registry's types (a rule's first type)."""
+    if not len(rows):
+        return []
+    sums = rows.groupby(["type", "detail"], sort=False)["value"].sum()
+    out = [{"rule": str(rule), "count": int(n), "why": str(why)}
+           for (rule, why), n in sums.items() if n]
+
+    def order(u: dict) -> tuple:
+        first = u["rule"].split(",")[0].strip()
+        return (anomaly.TYPES.index(first) if first in anomaly.TYPES else len(anomaly.TYPES),
+                u["rule"], u["why"])
+    return sorted(out, key=order)
 
 
 def find(tables, families):

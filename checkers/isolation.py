@@ -151,6 +151,7 @@ def torn(facts: pd.DataFrame) -> list[dict]:
             "witnesses": witnesses((m["op"], "missing writer"), (m["a5"], "missing reader"),
                                    (m["a6"], "scan start"), (s["a3"], "seen writer"),
                                    (s["a4"], "reader")),
+            "witness_at": engine.at_outcome(txn, "commit"),
             "detail": f"{m['kind']} transaction {txn}: {seen} writes visible to "
                       f"read_committed readers (e.g. value {num(s['a2'])} at {s['topic']}/"
                       f"{num(s['partition'])} offset {num(s['a1'])}), {missing} missing though "

@@ -405,6 +405,10 @@ class PartitionLog:
             seek[head], p["offset"].to_numpy(dtype=float, na_value=np.nan)[p_order][head], np.nan)
         gap_start_op[:nr][pos_before] = np.where(
             seek[head], p["op"].to_numpy(dtype=float, na_value=np.nan)[p_order][head], np.nan)
+        # A run begun at an assign that named no position (a reset caused by an assign).
+        gap_assign = np.zeros(nr + 1, dtype=bool)
+        gap_assign[:nr][pos_before] = (~seek[head]
+                                       & equals(p["status"], "assign")[p_order][head])
         gap = np.where(last_gap > last_new, last_gap, nr)
         offset = r["offset"].to_numpy(dtype=np.int64, na_value=-1)
         keep = slice(None) if known.all() else known
@@ -416,15 +420,20 @@ class PartitionLog:
                 "rec": r["rec"].to_numpy(dtype=float, na_value=np.nan)[at],
                 "isolation": r["isolation"].array.take(at), "rc": self.read_committed[at],
                 "retracted": retracted[at],
-                "start": gap_start[gap], "start_op": gap_start_op[gap]}, at
+                "txn": r["txn"].array.codes[at].astype(np.int64),
+                "invoke": r["invoke_index"].to_numpy(dtype=np.int64, na_value=-1)[at],
+                "start": gap_start[gap], "start_op": gap_start_op[gap],
+                "from_assign": gap_assign[gap]}, at
 
     @property
     def runs(self) -> dict[str, np.ndarray]:
         """The reads of a known offset, each process's in its order (the order of its
         ops, and within a poll of its records), as equal-length arrays: run (its run's
         number), offset, op, rec, isolation, rc (`read_committed`'s), retracted (its
-        transaction aborted), start (its run's seek position, or NaN) and start_op (that
-        seek's op)."""
+        transaction aborted), txn (its poll's transaction, as a code of the steps'
+        Categorical; -1: none), invoke (its poll's invoke index), start (its run's seek
+        position, or NaN), start_op (that seek's op) and from_assign (its run began at an
+        assign that named no position)."""
         return self._runs[0]
 
     def run_read(self, i: int) -> dict:
@@ -442,10 +451,11 @@ class PartitionLog:
     def scans(self) -> pd.DataFrame:
         """process, isolation, final, run, s, e: the offsets each run went over; and
         start_op: the op where its scan began (the seek or assign whose position is s,
-        else the poll of its first read)."""
+        else the poll of its first read); known_start: a seek or assign gave its start."""
         runs, at = self._runs
         if not len(at):
-            return pd.DataFrame({"process": [], "isolation": [], "final": [], "run": [],
+            return pd.DataFrame({"known_start": np.array([], dtype=bool),
+                                 "process": [], "isolation": [], "final": [], "run": [],
                                  "s": np.array([], dtype=np.int64),
                                  "e": np.array([], dtype=np.int64),
                                  "start_op": np.array([], dtype=float)})
@@ -457,6 +467,7 @@ class PartitionLog:
         start = runs["start"][first]
         from_start = start <= lo  # False where NaN: no recorded position
         return pd.DataFrame({
+            "known_start": ~np.isnan(start),
             "process": r["process"].to_numpy(dtype=object)[heads],
             "isolation": runs["isolation"][first],
             "final": r["final"].to_numpy(dtype=bool, na_value=False)[heads], "run": run[first],

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .verdict import Verdict, describe
+from .verdict import Verdict, describe, unjudged_lines
 
 
 def table(verdict: Verdict) -> Table:
@@ -34,6 +34,25 @@ def show(verdict: Verdict, console: Console | None = None) -> None:
     # The verdict on a line of its own, never wrapped: what a script greps for.
     console.print(escape(verdict.headline), soft_wrap=True)
     console.print(table(verdict))
+    for line in witness_lines(verdict) + unjudged_lines(verdict.unjudged):
+        console.print(escape(line), soft_wrap=True)
+
+
+def witness_lines(verdict: Verdict) -> list[str]:
+    """For each type found, its first example's witnesses: each op's process, op id and
+    role (docs/checkers.md, "Witnesses")."""
+    lines = []
+    for name in verdict.counts:
+        examples = verdict.examples.get(name) or [{}]
+        ws = examples[0].get("witnesses") or []
+        if not ws:
+            continue
+        named = "; ".join(f"{w['role']}: {verdict.processes.get(str(w['op']), '?')} op {w['op']}"
+                          for w in ws)
+        lines.append(f"{name} witnesses: {named}")
+    if lines:
+        lines.insert(0, "First example's witnesses (role: process op):")
+    return lines
 
 
 def run_check(history: str, spark_master: str | None = None, json_out: str | None = None,

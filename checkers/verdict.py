@@ -49,7 +49,11 @@ class Verdict:
     valid and live say only that nothing was found, and the JSON's valid is "unknown".
     tested: what the run tested, when the harness ran it (the cluster as it described
     itself, and `faults_injected`); on a cluster the harness did not start, also which
-    faults could not be injected."""
+    faults could not be injected. processes: the process of each op the first example
+    of each type names as a witness (op id, as a string, -> process). unjudged: what
+    a rule could not be applied to for lack of information, per rule and reason, as
+    [{rule, count, why}] (docs/checkers.md, "What was not judged"): what a VALID rests
+    on."""
     valid: bool
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
@@ -58,6 +62,11 @@ class Verdict:
     stalls: list[str] = field(default_factory=list)
     unknown: str | None = None
     tested: dict = field(default_factory=dict)
+    # The process of each op the first example of a type names as a witness (op id as
+    # a string -> process), for the terminal summary.
+    processes: dict[str, str] = field(default_factory=dict)
+    # What the rules could not judge for lack of information: [{rule, count, why}].
+    unjudged: list[dict] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
@@ -88,7 +97,9 @@ class Verdict:
                    examples={k: list(v) for k, v in d.get("examples", {}).items()},
                    notes=list(d.get("notes", [])), stats=dict(d.get("stats", {})),
                    stalls=list(d.get("stalls", [])), unknown=d.get("unknown"),
-                   tested=dict(d.get("tested") or {}))
+                   tested=dict(d.get("tested") or {}),
+                   processes=dict(d.get("processes") or {}),
+                   unjudged=[dict(u) for u in d.get("unjudged") or []])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -124,7 +135,16 @@ class Verdict:
                 lines.append(f"    - {describe(ex)}")
         if not self.counts:
             lines.append("  no anomalies")
+        lines += unjudged_lines(self.unjudged)
         return "\n".join(lines)
+
+
+def unjudged_lines(unjudged: list[dict]) -> list[str]:
+    """What was not judged, for people: one line per rule and reason."""
+    if not unjudged:
+        return []
+    return ["Not judged, for lack of information:"] + [
+        f"  {u['rule']}: {u['count']} {u['why']}" for u in unjudged]
 
 
 def describe_tested(tested: dict) -> str:
@@ -215,21 +235,23 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
         finally:
             if removal is not None:
                 removal.join()  # before `work` is removed, which holds the spool
-    found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
-                              kind="stable")
-    per_type: dict[str, int] = {}
-    ex: dict[str, list[dict]] = {}
-    violating: set[str] = set()
-    stalling: set[str] = set()
-    for t, g in found.groupby("type", sort=False):
-        per_type[t] = len(g)
-        if (g["severity"] == anomaly.VIOLATION).any():
-            violating.add(t)
-        elif (g["severity"] == anomaly.LIVENESS).any():
-            stalling.add(t)
-        # Violations first: they are what makes the history invalid.
-        g = g.sort_values("severity", key=lambda s: s != anomaly.VIOLATION, kind="stable")
-        ex[t] = [_plain(r) for r in g.head(examples).to_dict("records")]
+        unjudged = list(found.attrs.get("unjudged") or [])
+        found = found.sort_values(["type", "op", "offset", "value"], na_position="last",
+                                  kind="stable")
+        per_type: dict[str, int] = {}
+        ex: dict[str, list[dict]] = {}
+        violating: set[str] = set()
+        stalling: set[str] = set()
+        for t, g in found.groupby("type", sort=False):
+            per_type[t] = len(g)
+            if (g["severity"] == anomaly.VIOLATION).any():
+                violating.add(t)
+            elif (g["severity"] == anomaly.LIVENESS).any():
+                stalling.add(t)
+            # Violations first: they are what makes the history invalid.
+            g = g.sort_values("severity", key=lambda s: s != anomaly.VIOLATION, kind="stable")
+            ex[t] = [_plain(r) for r in g.head(examples).to_dict("records")]
+        processes = _witness_processes(Path(tables.dir), ex)
     order = sorted(per_type, key=_order)
     stats = dict(tables.stats)
     stats["check_seconds"] = round(time.perf_counter() - started, 3)
@@ -240,4 +262,20 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
                    valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
                    notes=[t for t in order if t not in violating | stalling], stats=stats,
-                   stalls=[t for t in order if t in stalling])
+                   stalls=[t for t in order if t in stalling], processes=processes,
+                   unjudged=unjudged)
+
+
+def _witness_processes(folder: Path, examples: dict[str, list[dict]]) -> dict[str, str]:
+    """The process of each op that the first example of each type names as a witness,
+    op id (as a string, for JSON) -> process, from the ops table: what the terminal
+    summary prints beside each witness's op and role."""
+    wanted = sorted({w["op"] for exs in examples.values() if exs
+                     for w in exs[0].get("witnesses") or ()})
+    path = folder / "ops.parquet"
+    if not wanted or not path.exists():
+        return {}
+    import pyarrow.parquet as pq
+    t = pq.read_table(path, columns=["op", "process"], filters=[("op", "in", wanted)])
+    return {str(op): str(p) for op, p in zip(t.column("op").to_pylist(),
+                                             t.column("process").to_pylist()) if p is not None}

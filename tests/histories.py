@@ -203,7 +203,8 @@ ROLE_OPS: dict[str, set[str]] = {
     "scan start": {"seek", "assign", "poll"}, "seek": {"seek", "assign"},
     "watermarks": {"watermarks"}, "commit": {"commit_txn"}, "abort": {"abort_txn", "commit_txn"},
     "W1 end": {"commit_txn", "send"},
-    "lower commit": _COMMITS, "earlier commit": _COMMITS, "latest commit": _COMMITS,
+    "lower commit": _COMMITS, "committed offset": _COMMITS, "earlier commit": _COMMITS,
+    "latest commit": _COMMITS,
     "fetch": {"fetch_offsets"}, "send_offsets": {"send_offsets"},
 }
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from onceproof.checkers import check, groups
 from onceproof.checkers.history import HistoryError
-from tests.histories import RU, History, example, found, verdict
+from tests.histories import RU, History, assert_witnessed, example, found, verdict, witnessed
 
 
 def _three(h):
@@ -69,6 +69,172 @@ def test_read_committed_gaps_and_rewinds_are_not_skips(tmp_path):
     h.commit("pp", "T2")
     v = verdict(h)
     assert v.valid and found(v) == set()
+
+
+def _inputs(h, n=4):
+    """Values 1..n at offsets 0..n-1 of partition 0."""
+    h.send("p0", [(0, v, v - 1) for v in range(1, n + 1)])
+
+
+def _in_txn(h, process, txn, recs, outcome):
+    h.begin(process, txn)
+    op = h.poll(process, recs, txn=txn)
+    (h.abort if outcome == "abort" else h.commit)(process, txn)
+    return op
+
+
+# Issue 52, point 1: where a consumer stands after an aborted transaction.
+
+def test_a_rewind_after_an_abort_without_a_recorded_seek_is_no_nonmonotonic_poll(tmp_path):
+    """Other tools record no seek for the rewind an abort requires: the first read
+    after the abort goes back to where the consumer stood outside it (offset 1, past
+    T1's read of 0), not judged against the aborted transaction's last read (2)."""
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    _in_txn(h, "pp", "T1", [(0, 0, 1)], "ok")
+    _in_txn(h, "pp", "T2", [(0, 1, 2), (0, 2, 3)], "abort")
+    _in_txn(h, "pp", "T3", [(0, 1, 2), (0, 2, 3), (0, 3, 4)], "ok")
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()
+
+
+@pytest.mark.parametrize("where", ["seek", "commit_offsets", "send_offsets"])
+def test_the_position_after_an_abort_is_the_seek_or_the_last_committed_offset(tmp_path, where):
+    """No read outside an aborted transaction: the run's seek position says where the
+    consumer stood; a commit of its offset since its last read outside says so too
+    (the later of the two), so going back to it is no nonmonotonic_poll."""
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    if where == "seek":
+        h.seek("pp", [(0, 0)])
+        _in_txn(h, "pp", "T1", [(0, 0, 1), (0, 1, 2)], "abort")
+        _in_txn(h, "pp", "T2", [(0, 0, 1)], "ok")
+    elif where == "commit_offsets":
+        h.poll("pp", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+        h.commit_offsets("pp", "g", [(0, 2)])      # it stands at 2: 2 is not done
+        _in_txn(h, "pp", "T1", [(0, 2, 3)], "abort")
+        _in_txn(h, "pp", "T2", [(0, 2, 3)], "ok")
+    else:
+        h.begin("pp", "T1")
+        h.poll("pp", [(0, 0, 1), (0, 1, 2)], txn="T1")
+        h.send("pp", [(0, 11)], txn="T1", topic="out", sources=[1])
+        h.send_offsets("pp", "T1", "g", [(0, 1)])  # it stands at 1
+        h.commit("pp", "T1")
+        _in_txn(h, "pp", "T2", [(0, 1, 2), (0, 2, 3)], "abort")
+        _in_txn(h, "pp", "T3", [(0, 1, 2)], "ok")
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()
+
+
+def test_going_below_the_position_after_an_abort_is_nonmonotonic(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    h.poll("pp", [(0, 0, 1), (0, 1, 2)])
+    commit = h.commit_offsets("pp", "g", [(0, 2)])
+    _in_txn(h, "pp", "T1", [(0, 2, 3)], "abort")
+    back = _in_txn(h, "pp", "T2", [(0, 1, 2)], "ok")
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_poll"}, v.summary()
+    ex = example(v, "nonmonotonic_poll", op=back, offset=1)
+    assert witnessed(ex) == {(back, "reader"), (commit, "committed offset")}
+    assert_witnessed(ex)
+
+
+def test_no_rewind_after_an_abort_is_a_skip_at_the_first_read_after_it(tmp_path):
+    """T2 aborted; T3 (aborted too) goes on from T2's read instead of rewinding: its
+    read of 2 skips offset 1 as far as where pp stood (past T1's read of 0) goes, and
+    is reported there, not only at the next read that commits (T4's)."""
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    t1 = _in_txn(h, "pp", "T1", [(0, 0, 1)], "ok")
+    _in_txn(h, "pp", "T2", [(0, 1, 2)], "abort")
+    t3 = _in_txn(h, "pp", "T3", [(0, 2, 3)], "abort")
+    t4 = _in_txn(h, "pp", "T4", [(0, 3, 4)], "ok")
+    v = verdict(h)
+    assert found(v) == {"poll_skip"}, v.summary()
+    skips = {ex["op"]: ex for ex in v.examples["poll_skip"]}
+    assert set(skips) == {t3, t4}
+    assert witnessed(skips[t3]) >= {(t3, "reader"), (t1, "previous read")}
+    assert "skipping offset 1 (value 2)" in skips[t3]["detail"]
+    for ex in skips.values():
+        assert_witnessed(ex)
+
+
+def test_reads_inside_one_aborted_transaction_are_judged_against_each_other(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    _in_txn(h, "pp", "T1", [(0, 0, 1)], "ok")
+    h.begin("pp", "T2")
+    first = h.poll("pp", [(0, 1, 2)], txn="T2")
+    back = h.poll("pp", [(0, 1, 2)], txn="T2")
+    h.abort("pp", "T2")
+    v = verdict(h)
+    assert found(v) == {"nonmonotonic_poll"}, v.summary()
+    ex = example(v, "nonmonotonic_poll", op=back)
+    assert witnessed(ex) == {(back, "reader"), (first, "previous read")}
+
+
+def test_after_an_abort_with_no_known_position_the_read_is_not_judged(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    h.assign("pp", [0])                     # no position: it stands nowhere known
+    _in_txn(h, "pp", "T1", [(0, 2, 3), (0, 3, 4)], "abort")
+    _in_txn(h, "pp", "T2", [(0, 1, 2)], "ok")
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()
+
+
+# Issue 52, point 2: a skip over a value known only from its acknowledgement.
+
+@pytest.mark.parametrize("in_txn", [False, True])
+def test_a_skip_over_a_value_known_only_from_its_ack(tmp_path, in_txn):
+    """Value 2's ack puts it at offset 1; no poll returned it. c0 went from 0 to 2:
+    the log lost it (lost_write) and c0 skipped it (poll_skip), each with witnesses."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    if in_txn:
+        h.begin("p1", "T")
+        lost = h.send("p1", [(0, 2, 1)], txn="T")
+        h.commit("p1", "T")
+    else:
+        lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 3)])
+    before = h.poll("c0", [(0, 0, 1)])
+    after = h.poll("c0", [(0, 3, 3)])
+    v = verdict(h)
+    assert found(v) == {"lost_write", "poll_skip"}, v.summary()
+    ex = example(v, "poll_skip", process="c0", op=after, offset=3, value=3)
+    assert "skipping offset 1 (value 2)" in ex["detail"]
+    assert witnessed(ex) == {(after, "reader"), (before, "previous read"), (lost, "skipped writer")}
+    assert_witnessed(ex)
+    example(v, "lost_write", op=lost, offset=1, value=2)
+
+
+def test_a_first_read_after_a_seek_past_a_value_known_from_its_ack_skips(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    lost = h.send("p0", [(0, 1, 0)])
+    h.send("p0", [(0, 2, 1)])
+    seek = h.seek("c0", [(0, 0)])
+    after = h.poll("c0", [(0, 1, 2)])
+    v = verdict(h)
+    assert found(v) == {"lost_write", "poll_skip"}, v.summary()
+    ex = example(v, "poll_skip", op=after, offset=1)
+    assert witnessed(ex) == {(after, "reader"), (seek, "seek"), (lost, "skipped writer")}
+
+
+def test_acks_that_need_not_be_read_make_no_skip(tmp_path):
+    """An aborted transaction's ack, one of a send that did not commit, and an offset a
+    poll saw holding another value: nothing a reader must return."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.txn("p1", "A", [(0, 2, 1)], outcome="abort")   # aborted at 1, marker at 2
+    h.begin("p1", "U")
+    h.send("p1", [(0, 3, 3)], txn="U")
+    h.commit("p1", "U", type="info")                  # unknown at 3, marker at 4
+    h.send("p0", [(0, 5, 5)])
+    h.poll("c0", [(0, 0, 1), (0, 5, 5)])
+    v = verdict(h)
+    assert v.valid and found(v) == set(), v.summary()
 
 
 def test_nonmonotonic_poll(tmp_path):
@@ -582,3 +748,42 @@ def test_a_transactions_later_send_offsets_replaces_its_earlier_one(tmp_path):
                                                                           v.summary())
         if stale:
             example(v, "stale_offset_fetch", op=fetch)
+
+
+# Issue 52, point 4: what was not judged is counted per rule.
+
+def _blind_spots(h):
+    """c0 starts at an assign with no position and reads from offset 2: values 1 and 2
+    may or may not have been gone over (value 2 pp reads later); pp's run, begun by an
+    assign with no position, aborts its only read before reading again."""
+    _inputs(h)
+    h.assign("c0", [0])
+    h.poll("c0", [(0, 2, 3), (0, 3, 4)])
+    h.assign("pp", [0])
+    _in_txn(h, "pp", "T1", [(0, 2, 3)], "abort")
+    _in_txn(h, "pp", "T2", [(0, 1, 2)], "ok")
+
+
+@pytest.mark.parametrize("on_spark", [False, True])
+def test_what_was_not_judged_is_counted_per_rule(tmp_path, request, on_spark):
+    h = History(tmp_path / "h.jsonl")
+    _blind_spots(h)
+    v = verdict(h, spark=request.getfixturevalue("spark") if on_spark else None)
+    assert v.valid and found(v) == set(), v.summary()
+    counts = {u["rule"]: u["count"] for u in v.unjudged}
+    assert counts == {"lost_write": 1, "poll_skip, nonmonotonic_poll": 1, "rewind_mismatch": 2}
+    assert all(u["why"] for u in v.unjudged)
+    assert "Not judged, for lack of information:" in v.summary()
+    assert v.to_dict()["unjudged"] == v.unjudged
+
+
+def test_a_history_whose_every_start_is_known_has_nothing_unjudged(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _inputs(h)
+    h.assign("c0", [0], starts={0: 0})
+    h.poll("c0", [(0, 0, 1), (0, 1, 2)])
+    h.seek("pp", [(0, 0)])
+    _in_txn(h, "pp", "T1", [(0, 0, 1)], "abort")
+    _in_txn(h, "pp", "T2", [(0, 0, 1), (0, 1, 2), (0, 2, 3), (0, 3, 4)], "ok")
+    v = verdict(h)
+    assert v.valid and v.unjudged == [], v.summary()

@@ -124,3 +124,41 @@ def test_a_history_problem_is_one_line_and_a_warning_one_more(tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"onceproof: {history}:2: not valid JSON")
+
+
+def test_check_prints_each_types_first_witnesses(tmp_path):
+    """Issue 52, point 3: the terminal summary names the first example's witnesses of
+    each type (role, process, op), not only verdict.json and the report. In this
+    process (CliRunner), so it is this checkout's code that prints."""
+    from tests.histories import History
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    lost = h.send("p0", [(0, 2, 1)])
+    h.send("p0", [(0, 3, 2)])
+    seek = h.seek("c0", [(0, 0)])
+    past = h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    h.close()
+    done = CliRunner().invoke(main, ["check", str(h.path), "--json", str(tmp_path / "v.json")])
+    assert done.exit_code == 1, done.output
+    assert (f"lost_write witnesses: writer: p0 op {lost}; reader: c0 op {past}; "
+            f"scan start: c0 op {seek}") in done.output
+    assert (f"poll_skip witnesses: reader: c0 op {past}; previous read: c0 op {past}; "
+            f"skipped writer: p0 op {lost}") in done.output
+    saved = json.loads((tmp_path / "v.json").read_text())
+    assert saved["processes"][str(seek)] == "c0"
+
+
+def test_check_prints_what_was_not_judged(tmp_path):
+    """Issue 52, point 4: a VALID verdict says, at the terminal, what it rests on."""
+    from tests.histories import History
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.send("p0", [(0, 2, 1)])
+    h.assign("c0", [0])                 # no position: c0's scan begins at its read
+    h.poll("c0", [(0, 1, 2)])
+    h.close()
+    done = CliRunner().invoke(main, ["check", str(h.path)])
+    assert done.exit_code == 0, done.output
+    assert "Not judged, for lack of information:" in done.output
+    assert re.search(r"lost_write: 1 acknowledged writes no read returned", done.output)
+    assert re.search(r"rewind_mismatch: 1 first reads of runs begun by an assign", done.output)

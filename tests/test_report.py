@@ -306,3 +306,19 @@ def test_screenshot_in_headless_chromium(run, tmp_path_factory):
     # The timeline image is drawn: some of the ok green appears on the page.
     green = (np.abs(img - (0x2c, 0xa0, 0x2c)).sum(axis=2) < 30).sum()
     assert green > 500
+
+
+def test_what_was_not_judged_is_shown(tmp_path):
+    """Issue 52, point 4: a VALID verdict says what it does not rest on."""
+    ids = _history(tmp_path)
+    v = _verdict(ids, valid=True)
+    v["unjudged"] = [{"rule": "lost_write", "count": 3,
+                      "why": "acknowledged writes no read returned that a reader read past"}]
+    (tmp_path / "verdict.json").write_text(json.dumps(v))
+    html = write_report(tmp_path).read_text()
+    anomalies = _section(html, "anomalies")
+    assert "Not judged, for lack of information" in anomalies
+    assert re.search(r"<td>lost_write</td><td class=\"n\">3</td><td>acknowledged writes no read "
+                     r"returned that a reader read past</td>", anomalies), anomalies
+    (tmp_path / "verdict.json").write_text(json.dumps(_verdict(ids, valid=True)))
+    assert "Not judged" not in write_report(tmp_path).read_text()

@@ -65,14 +65,16 @@ def test_torn_txn_names_the_missing_and_the_seen_write_and_the_reader(tmp_path):
     h.begin("p0", "T")
     seen = h.send("p0", [(0, 1, 0)], txn="T")
     missing = h.send("p0", [(1, 2, 0)], txn="T")
-    h.commit("p0", "T", type="info")
+    commit = h.commit("p0", "T", type="info")
     h.send("p1", [(1, 3, 1)])
     seek = h.seek("c0", [(0, 0), (1, 0)])
     poll = h.poll("c0", [(0, 0, 1), (1, 1, 3)], isolation=RC)
     ex = example(verdict(h), "torn_txn", op=missing, txn="T")
-    # The same poll returned the seen write and went over the missing one, from the seek.
+    # The same poll returned the seen write and went over the missing one, from the seek;
+    # the commit_txn that ended in info is the one that may have committed T (issue 52).
     assert witnessed(ex) == {(missing, "missing writer"), (poll, "missing reader"),
-                             (seek, "scan start"), (seen, "seen writer"), (poll, "reader")}
+                             (seek, "scan start"), (seen, "seen writer"), (poll, "reader"),
+                             (commit, "commit")}
 
 
 def test_g0_names_both_ends_of_each_edge(tmp_path):
@@ -236,3 +238,33 @@ def test_verdict_json_carries_the_witnesses(tmp_path):
         {"op": abort, "role": "abort"}]
     assert Verdict.from_dict(d).examples["aborted_read"][0]["witnesses"] == \
         d["examples"]["aborted_read"][0]["witnesses"]
+
+
+# Issue 52, point 3: where a type's definition rests on a commit, the commit op is named.
+
+def test_lost_write_of_a_transaction_names_its_commit(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T")
+    lost = h.send("p1", [(0, 2, 1)], txn="T")
+    commit = h.commit("p1", "T")
+    h.send("p0", [(0, 3, 2)])
+    seek = h.seek("c0", [(0, 0)])
+    past = h.poll("c0", [(0, 0, 1), (0, 2, 3)])
+    ex = example(verdict(h), "lost_write", op=lost)
+    assert witnessed(ex) == {(lost, "writer"), (past, "reader"), (seek, "scan start"),
+                             (commit, "commit")}
+    assert_witnessed(ex)
+
+
+def test_unseen_of_a_transaction_names_its_commit(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0)])
+    h.begin("p1", "T")
+    gone = h.send("p1", [(0, 2, 1)], txn="T")
+    commit = h.commit("p1", "T")
+    marks = h.watermarks("final", [(0, 0, 1, 1)])
+    ex = example(verdict(h), "unseen", op=gone)
+    assert witnessed(ex) == {(gone, "writer"), (marks, "watermarks"), (commit, "commit")}
+    assert_witnessed(ex)
+

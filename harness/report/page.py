@@ -99,7 +99,9 @@ def _read_verdict(path: Path) -> dict | None:
     return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
             "examples": examples, "notes": list(d.get("notes") or []),
             "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {}),
-            "unknown": d.get("unknown")}
+            "unknown": d.get("unknown"),
+            "unjudged": [{"rule": u.get("rule"), "count": u.get("count"), "why": u.get("why")}
+                         for u in d.get("unjudged") or [] if isinstance(u, dict)]}
 
 
 def _template() -> jinja2.Template:

@@ -273,9 +273,11 @@ def _consumer(ctx: _Ctx, name: str, isolation: str, group: str,
             yield Op("fetch_offsets", value, fetch)
 
 
-def _pipeline(ctx: _Ctx, name: str) -> Iterator[Op]:
+def _pipeline(ctx: _Ctx, name: str, seek_on_rewind: bool = True) -> Iterator[Op]:
     """Consume-transform-produce from `in` to `out`, exactly once: outputs and input
-    offsets commit in one transaction, and after an abort it rewinds to what committed."""
+    offsets commit in one transaction, and after an abort it rewinds to what committed:
+    recorded as a seek, or (not seek_on_rewind, as other tools' histories have it) not
+    recorded at all."""
     m, rng = ctx.model, ctx.rng
     tid = f"tx-{name}"
     inputs = ctx.partitions(TOPIC_IN)
@@ -297,7 +299,11 @@ def _pipeline(ctx: _Ctx, name: str) -> Iterator[Op]:
 
     def rewind() -> Iterator[Op]:
         committed = m.committed.get(PIPE_GROUP, {})
-        yield seek_op({tp: committed.get(tp, 0) for tp in inputs})
+        targets = {tp: committed.get(tp, 0) for tp in inputs}
+        if seek_on_rewind:
+            yield seek_op(targets)
+        else:
+            positions.update(targets)
 
     t = 0
     while True:
@@ -517,6 +523,10 @@ class Shape:
     ru_everywhere: bool = False
     # The pipeline takes each input transaction whole (no read skew; see above).
     whole_txn_reads: bool = False
+    # The pipeline's rewind after an abort is recorded as a seek; False: it is not (the
+    # Java client's histories from other tools record none), and the checkers must
+    # judge the reads after the abort from where it stood outside it.
+    seek_on_rewind: bool = True
     roles: tuple[str, ...] = field(default=("txn", "producer", "rc", "ru", "txn", "rc", "producer"))
 
 
@@ -549,7 +559,7 @@ def synthesize_into(sink: Callable[[Event], None], seed: int, shape: Shape = Sha
     pipes = []
     if shape.pipeline:
         ctx.groups.append(PIPE_GROUP)
-        pipes.append(_Proc("pipe0", _pipeline(ctx, "pipe0")))
+        pipes.append(_Proc("pipe0", _pipeline(ctx, "pipe0", shape.seek_on_rewind)))
         procs.extend(pipes)
     if shape.nemesis:
         procs.append(_Proc("nemesis", _nemesis(ctx, "nemesis"), weight=0.1))

@@ -51,6 +51,8 @@ class _Script:
         self.offline: set[TP] = set()
         # How long the watermarks are read after the op before them (a harness settles).
         self.settle_ns = 0
+        # Which of its variants a scenario that has several plays (None: its own pick).
+        self.variant: int | None = None
 
     def val(self) -> int:
         self.value_ += 1
@@ -251,13 +253,29 @@ def _sc_torn_txn(s: _Script) -> None:
 
 
 def _sc_poll_skip(s: _Script) -> None:
+    """One of three skips, by the first value (so each is exercised): over a value a
+    poll returned; across an abort, by a consumer that goes on from its aborted reads
+    instead of rewinding (seen at its first read after the abort, itself aborted: no
+    committed read follows); over a value known only from its ack (the log lost it:
+    also a lost_write, IMPLIES)."""
+    kind = (s.value_ + 1) % 3 if s.variant is None else s.variant
     vs = [s.val() for _ in range(3)]
-    offs = [s.append(_x(0), v) for v in vs]
+    offs = [s.append(_x(0), v, hole=kind == 2 and i == 1) for i, v in enumerate(vs)]
     for v, off in zip(vs, offs):
         s.send("x0", _x(0), v, off)
     s.assign("x1", [_x(0)])
+    if kind == 1:
+        for t, (off, v) in enumerate(zip(offs, vs)):
+            txn = f"x1/{t}"
+            s.op("x1", "begin_txn", {"tid": "tx-x1"}, txn=txn)
+            s.poll("x1", [(_x(0), off, v)], txn=txn)
+            s.op("x1", "commit_txn" if t == 0 else "abort_txn", {}, txn=txn)
+        return
     s.poll("x1", [(_x(0), offs[0], vs[0])])
     s.poll("x1", [(_x(0), offs[2], vs[2])])
+    if kind == 2:
+        # The final reader starts past the lost value, so it is not also unseen.
+        s.final_from[_x(0)] = offs[2]
 
 
 def _sc_nonmonotonic_poll(s: _Script) -> None:
@@ -506,23 +524,29 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
 NOTES = frozenset({"g0", "late_return", "unrecovered_partition", "unreadable_offsets"})
 
 # Other types an injection of a type necessarily creates too, and why. Empty for every
-# type but torn_txn: each scenario is built so its anomaly implies no other under the
+# type but those below: each scenario is built so its anomaly implies no other under the
 # checkers' definitions (docs/checkers.md), which is where most of their shape comes from:
 # - lost_write: a lost write that final reads went over is also `unseen`, so the final
-#   reader starts past it and a non-final reader's seek and read go over it;
+#   reader starts past it and a non-final reader's seek and read go over it; that
+#   reader skipped the value its ack placed there, a poll_skip (IMPLIES);
+# - poll_skip: one of its skips is over a value known only from its ack, which the log
+#   lost: a lost_write too (IMPLIES);
 # - unseen: the log ends before the acked write (high watermark below it), so no reader
 #   went over it, which would make it a lost_write;
 # - torn_txn: a write visible to read_committed readers proves the transaction committed
 #   (even when its commit_txn ended in info), so the missing write, acknowledged and
-#   gone over by a reader, is necessarily a lost_write too (or, were it in the read log,
-#   a poll_skip or rewind_mismatch); the final reader starts past it, so not unseen;
+#   gone over by a reader, is necessarily a lost_write too, and that reader's skip of
+#   it a poll_skip (were it in the read log, a poll_skip or rewind_mismatch); the final
+#   reader starts past it, so not unseen;
 # - rewind_mismatch: the skip comes right after a seek, which poll_skip leaves to it;
 # - unattributed_read: the value sits at a control marker's offset, which no write
 #   holds, so it is not also inconsistent_offset, and (unattributable, so invisible)
 #   the final reader passing over it is no poll_skip.
 # tests/test_synth_property.py holds every scenario to this table.
 IMPLIES: dict[str, frozenset[str]] = {t: frozenset() for t in SCENARIOS}
-IMPLIES["torn_txn"] = frozenset({"lost_write"})
+IMPLIES["torn_txn"] = frozenset({"lost_write", "poll_skip"})
+IMPLIES["lost_write"] = frozenset({"poll_skip"})
+IMPLIES["poll_skip"] = frozenset({"lost_write"})
 
 
 def _max_value(events: list[Event]) -> int:
@@ -534,8 +558,10 @@ def _max_value(events: list[Event]) -> int:
     return best
 
 
-def inject(events: list[Event], kind: str, rng: random.Random) -> list[Event]:
-    """A copy of a valid history with exactly one anomaly of type `kind` added.
+def inject(events: list[Event], kind: str, rng: random.Random,
+           variant: int | None = None) -> list[Event]:
+    """A copy of a valid history with exactly one anomaly of type `kind` added (`variant`:
+    which of its scenario's variants, for one that has several).
 
     The scenario's ops are slotted in at random points of the main phase (before the
     first op of a final reader), its final read just before the `watermarks` op, and its
@@ -543,6 +569,7 @@ def inject(events: list[Event], kind: str, rng: random.Random) -> list[Event]:
     if kind not in SCENARIOS:
         raise ValueError(f"unknown anomaly {kind!r}; known: {', '.join(SCENARIOS)}")
     script = _Script(_max_value(events) + 1000)
+    script.variant = variant
     SCENARIOS[kind](script)
     final, marks = script.final_events()
     base = copy.deepcopy(events)
