@@ -32,9 +32,9 @@ class Fleet:
         self.replaced = 0
         # Every host starts at once; each then waits for its client to be made.
         self.current: dict[str, HostedClient] = {}
-        for cid, spec in plan["clients"].items():
-            self.current[cid] = HostedClient(cid, spec, plan, ctx, cid)
         try:
+            for cid, spec in plan["clients"].items():
+                self.current[cid] = HostedClient(cid, spec, plan, ctx, cid)
             for client in self.current.values():
                 client.wait_started()
         except BaseException:

@@ -40,8 +40,7 @@ from onceproof.cluster.procs import die_with_parent
 from onceproof.run import clients
 from onceproof.run.clients import CLIENTS, HANG_GRACE, OP_TIMEOUT, PROCESSES, RunContext
 
-_MP = PROCESSES
-_MP.set_forkserver_preload(["onceproof.run.host"])
+PROCESSES.set_forkserver_preload(["onceproof.run.host"])
 # One start at a time: multiprocessing's bookkeeping of its children is not thread-safe.
 _starting = threading.Lock()
 # How often a host gives back what malloc keeps freed (see checkers/memory.py).
@@ -58,9 +57,9 @@ def _start(proc) -> None:
 
     multiprocessing has every process it starts import its parent's `__main__` (the
     `onceproof` script, a bench, pytest), which loads the checkers, pandas and Arrow: a
-    host then took 85 MiB where its client needs 30 (measured with load_bench.py). A host
-    has what it needs from the fork server's preload, so the main script is left out of
-    what the new process is told to prepare."""
+    host then took about 85 MiB (PSS, nine hosts of a load_bench.py run), and 19 MiB
+    without it. A host has what it needs from the fork server's preload, so the main
+    script is left out of what the new process is told to prepare."""
     def without_main(name: str) -> dict:
         data = prepare(name)
         data.pop("init_main_from_path", None)
@@ -101,9 +100,9 @@ class HostedClient:
         context = {"connection": ctx.connection, "run_id": ctx.run_id,
                    "partitions": ctx.partitions, "clients": ctx.clients}
         started = self._expect(_START)
-        ours, theirs = _MP.Pipe()
+        ours, theirs = PROCESSES.Pipe()
         self._conn = ours
-        self._proc = _MP.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
+        self._proc = PROCESSES.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
                                  args=(theirs, cid, spec, plan, context, process, ctx.values))
         _start(self._proc)
         theirs.close()
@@ -135,7 +134,7 @@ class HostedClient:
         req = next(self._requests)
         try:
             self._outcome(self._call(req, ("close", req)).result(OP_TIMEOUT + HANG_GRACE))
-        except (FutureTimeout, Gone):
+        except (FutureTimeout, KafkaException):
             pass  # closing records nothing: a client that cannot close is ended below
         finally:
             self.crash()
