@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from onceproof.cluster import topology
 from onceproof.cluster.topology import Topology
 
 
@@ -81,3 +82,19 @@ def test_cluster_ids_never_start_with_a_dash():
     ids = [new_cluster_id() for _ in range(3000)]
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(i) == 22 for i in ids)
+
+
+def test_a_port_one_cluster_claimed_is_never_drawn_by_another(tmp_path, monkeypatch):
+    # A partition closes a proxy's port for a while: being free then must not make it
+    # drawable by another cluster (cluster/topology.py, _claim).
+    monkeypatch.setenv("ONCEPROOF_CACHE", str(tmp_path))
+    first = Topology.allocate(3)
+    taken = set(first.claims)
+    assert taken == {link.listen for link in first.links} | {first.toxiproxy_api} | {
+        p for ports in first.ports.values()
+        for p in [ports.client, *ports.controller.values(), *ports.repl.values()]}
+    assert all(topology._claim(port) is None for port in taken)
+    first.release()
+    again = topology._claim(next(iter(taken)))
+    assert again is not None
+    os.close(again)
