@@ -90,6 +90,19 @@ kafka_version_option = click.option(
     "--kafka-version", envvar="ONCEPROOF_KAFKA_VERSION", default=None,
     help="Kafka release from Maven Central, any KRaft release from 3.3.0 (default: the "
          "release `onceproof --version` names).")
+
+
+def client_options(f):
+    """--client and --java-client-version: which client library the plan clients run on."""
+    f = click.option("--java-client-version", default=None,
+                     help="The Java client's release (kafka-clients from Maven Central; default: "
+                          "the release of the cluster under test).")(f)
+    return click.option("--client", default=None,
+                        help="Client library of every plan client that names none: librdkafka "
+                             "(the default) or java (the Java client, transaction protocol v2 "
+                             "from 4.0).")(f)
+
+
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -256,12 +269,13 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, extern
 @click.option("--runs", default=3, show_default=True, help="How many times to run the plan.")
 @nodes_option
 @kafka_version_option
+@client_options
 @spark_option
 @artifacts_option
 @external_options
-def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
-           spark_master: str | None, artifacts: str, bootstrap, client_pairs,
-           client_config_file, fault_commands, keep) -> None:
+def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, client: str | None,
+           java_client_version: str | None, spark_master: str | None, artifacts: str, bootstrap,
+           client_pairs, client_config_file, fault_commands, keep) -> None:
     """Re-run a saved plan (plan.json, a counterexample folder, or a counterexample kept as
     one file, such as tests/counterexamples/*.json) on a fresh cluster, or on yours
     (--bootstrap), and report how many runs show the anomaly it was saved for."""
@@ -269,11 +283,12 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None,
     from pathlib import Path
 
     from onceproof.trial import run_trial
-    from onceproof.workloads.plan import PlanError, load
+    from onceproof.workloads.plan import PlanError, load, on_client
     path = Path(plan_file)
     folder = path if path.is_dir() else path.parent
     try:
-        plan = load(folder / "plan.json" if path.is_dir() else path)
+        plan = on_client(load(folder / "plan.json" if path.is_dir() else path), client,
+                         java_client_version)
     except PlanError as exc:
         raise SetupError(str(exc)) from None
     saved = folder / "verdict.json"
@@ -541,13 +556,14 @@ def install(kafka_version: str | None) -> None:
 @click.option("--out", default="onceproof-runs", show_default=True, help="Where run folders go.")
 @nodes_option
 @kafka_version_option
+@client_options
 @broker_config_options
 @spark_option
 @external_options
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
-                interval, rounds, time_budget, seed, out, nodes, kafka_version, broker_pairs,
-                broker_config_file, spark_master, bootstrap, client_pairs, client_config_file,
-                fault_commands, keep) -> None:
+                interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
+                java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
+                client_pairs, client_config_file, fault_commands, keep) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -559,7 +575,8 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                          "starts; with --bootstrap your cluster runs as it is")
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
-                              clients_per_node, partitions, interval, broker, external))
+                              clients_per_node, partitions, interval, broker, external,
+                              client, java_client_version))
     sys.exit(code)
 
 

@@ -22,6 +22,7 @@ from onceproof.cluster.external import AnyCluster, ExternalCluster
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
+from onceproof.workloads.plan import libraries, on_client
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
 
 
@@ -45,6 +46,8 @@ class JobOptions:
     interval: float = 10.0
     broker: dict = field(default_factory=dict)  # broker settings on top of the harness's
     external: ExternalCluster | None = None  # a cluster you bring (--bootstrap), connected
+    client: str | None = None  # the client library of every plan client (None: librdkafka)
+    java_client_version: str | None = None  # the Java client's release (None: the broker's)
 
     def strategy(self):
         """The plans this job draws; every option is checked here, before anything starts."""
@@ -109,13 +112,15 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
                                    if not faults.cannot(k, opts.external)) or "none"
     strategy = opts.strategy()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
-    todo = draw_plans(strategy, opts.runs, seed)
+    todo = [on_client(plan, opts.client, opts.java_client_version)
+            for plan in draw_plans(strategy, opts.runs, seed)]
     root = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     shape = (f"{opts.duration} s, {len(todo[0]['clients'])} clients" if opts.mode == "concurrent"
              else f"{opts.rounds} rounds")
-    console.print(f"onceproof: {opts.workload} workload ({opts.mode}: {shape}), faults "
-                  f"{opts.faults or 'mixed'}, seed {seed}, results in {root}")
+    console.print(f"onceproof: {opts.workload} workload ({opts.mode}: {shape}) on "
+                  f"{' and '.join(sorted(libraries(todo[0])))}, faults {opts.faults or 'mixed'}, "
+                  f"seed {seed}, results in {root}")
     started = time.monotonic()
     trials = []
     anomalies: Counter = Counter()
@@ -162,6 +167,15 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     return 2 if any(t.verdict.unknown for t in trials) else 0
 
 
+def describe_clients(tested: dict) -> str:
+    """The client libraries a run drove, and the transaction protocols the clients that
+    report one said they spoke."""
+    libs = ", ".join(f"{lib} {version}" for lib, version in sorted(tested.get("clients", {}).items()))
+    protocols = ", ".join(f"{n} {v}" for v, n in tested.get("txn_protocols", {}).items())
+    return libs + (f" (transactions begun per protocol, as the Java client says: {protocols})"
+                   if protocols else "")
+
+
 def _settings(settings: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
 
@@ -190,6 +204,7 @@ def _summary(console: Console, trials, root: Path) -> None:
         faults.update(f)
     table = Table("", "", title="Summary", show_header=False)
     table.add_row("runs", str(len(trials)))
+    table.add_row("clients", describe_clients(trials[0].verdict.tested))
     table.add_row("operations", ", ".join(f"{n} {k}" for k, n in sorted(ops.items())))
     table.add_row("faults applied", ", ".join(f"{n} {k}" for k, n in sorted(faults.items())) or "none")
     console.print(table)

@@ -59,7 +59,8 @@ def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master:
     tables = convert(result["history"], folder / "history.parquet")
     verdict = check(tables, spark_master=spark_master)
     seen = exercised(tables)
-    verdict.tested = {**under_test(cluster), "faults_injected": seen["faults"]}
+    verdict.tested = {**under_test(cluster), "faults_injected": seen["faults"],
+                      "clients": result["clients"], "txn_protocols": result["txn_protocols"]}
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
     return Trial(plan, folder, verdict, time.monotonic() - started, seen)
 

@@ -16,6 +16,7 @@ in one of two shapes:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from . import faults
@@ -29,6 +30,10 @@ DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
 # Most threads one producer client may run (a client spec's `threads`).
 MAX_THREADS = 16
 DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True, "subscribe": False}
+# The client libraries a plan client may run on (its "client"; librdkafka unless it says).
+LIBRDKAFKA, JAVA = "librdkafka", "java"
+CLIENT_LIBRARIES = (LIBRDKAFKA, JAVA)
+_RELEASE = re.compile(r"\d+\.\d+\.\d+")
 
 
 class PlanError(ValueError):
@@ -115,6 +120,9 @@ def validate(plan) -> None:
             if (not isinstance(client["partitions"], list) or not client["partitions"]
                     or not all(isinstance(q, int) and 0 <= q < n for q in client["partitions"])):
                 bad(f"clients.{cid}.partitions", f"must be a list of partitions of {read} (0..{n - 1})")
+        if client.get("client", LIBRDKAFKA) not in CLIENT_LIBRARIES:
+            bad(f"clients.{cid}.client", f"must be one of {', '.join(CLIENT_LIBRARIES)}, not "
+                f"{client['client']!r}")
         if "seed" in client and not isinstance(client["seed"], int):
             bad(f"clients.{cid}.seed", "must be an integer")
         if "threads" in client:
@@ -124,10 +132,36 @@ def validate(plan) -> None:
             if (not isinstance(client["threads"], int) or isinstance(client["threads"], bool)
                     or not 1 <= client["threads"] <= MAX_THREADS):
                 bad(f"clients.{cid}.threads", f"must be an integer from 1 to {MAX_THREADS}")
+    if "java_client" in plan and not (isinstance(plan["java_client"], str)
+                                      and _RELEASE.fullmatch(plan["java_client"])):
+        bad("java_client", f"must be a kafka-clients release like \"3.8.0\", not {plan['java_client']!r}")
     if concurrent(plan):
         _validate_concurrent(plan, bad)
     else:
         _validate_steps(plan, bad)
+
+
+def libraries(plan: dict) -> set[str]:
+    """The client libraries a plan's clients run on."""
+    return {c.get("client", LIBRDKAFKA) for c in plan["clients"].values()}
+
+
+def on_client(plan: dict, library: str | None = None, java_version: str | None = None) -> dict:
+    """The plan with `library` for every client that names none, and `java_version` as
+    the Java client's release (a run's --client and --java-client-version): written into
+    the plan, so that its saved copy replays the same."""
+    if library is not None and library not in CLIENT_LIBRARIES:
+        raise PlanError(f"unknown client {library!r}: use one of {', '.join(CLIENT_LIBRARIES)} (--client)")
+    if java_version is not None and not _RELEASE.fullmatch(java_version):
+        raise PlanError(f"unknown Java client version {java_version!r}: name a kafka-clients "
+                        "release like 3.8.0 (--java-client-version)")
+    out = dict(plan)
+    if library is not None:
+        out["clients"] = {cid: {"client": library, **c} for cid, c in plan["clients"].items()}
+    if java_version is not None:
+        out["java_client"] = java_version
+    validate(out)
+    return out
 
 
 def _validate_steps(plan: dict, bad) -> None:

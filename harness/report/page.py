@@ -147,6 +147,12 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
                or _version_from_logs(folder / "logs"))
     if version:
         facts.append(("Kafka version", version))
+    if had.get("clients"):
+        facts.append(("client libraries", ", ".join(f"{lib} {v}"
+                                                    for lib, v in sorted(had["clients"].items()))))
+    if (protocols := (verdict.tested or {}).get("txn_protocols") if verdict else None):
+        facts.append(("transaction protocol", ", ".join(f"{v} in {n} transactions begun"
+                                                        for v, n in protocols.items())))
     if had.get("external"):
         # A cluster the harness did not start: where it was, and what could not be done.
         facts.append(("cluster", f"brought by the user, at {had.get('bootstrap')}: "

@@ -11,6 +11,7 @@ import logging
 import multiprocessing
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,12 @@ class RunContext:
     # Where write values come from: one counter in shared memory, so that values stay
     # unique across the run's client processes (run/host.py).
     values: Any = field(default_factory=lambda: PROCESSES.Value("q", 0))
+    # The Java client (cluster/provision.py's JavaClientDist) that plan clients with
+    # "client": "java" run on (run/jvm.py); None when the plan has none.
+    java: Any = None
+    # Transactions begun per transaction protocol, as the clients that report it say
+    # (the Java client: run/jvm.py); the run's summary and verdict name them.
+    txn_protocols: Counter = field(default_factory=Counter)
 
     @property
     def prefix(self) -> str:

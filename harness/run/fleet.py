@@ -19,6 +19,8 @@ from confluent_kafka import KafkaException
 
 from onceproof.run.clients import RunContext
 from onceproof.run.host import HostedClient, Stuck
+from onceproof.run.jvm import JavaClient
+from onceproof.workloads.plan import JAVA
 
 # The history's names for why a process was replaced.
 ERROR, HUNG, CRASHED = "client_error", "client_hung", "client_crashed"
@@ -34,15 +36,19 @@ class Fleet:
         self.current: dict[str, HostedClient] = {}
         try:
             for cid, spec in plan["clients"].items():
-                self.current[cid] = HostedClient(cid, spec, plan, ctx, cid)
+                self.current[cid] = self._host(cid)(cid, spec, plan, ctx, cid)
             for client in self.current.values():
                 client.wait_started()
         except BaseException:
             self.end()
             raise
 
+    def _host(self, cid: str) -> type[HostedClient]:
+        """What runs a plan client's processes: its client library's host."""
+        return JavaClient if self.plan["clients"][cid].get("client") == JAVA else HostedClient
+
     def _make(self, cid: str, process: str) -> HostedClient:
-        client = HostedClient(cid, self.plan["clients"][cid], self.plan, self.ctx, process)
+        client = self._host(cid)(cid, self.plan["clients"][cid], self.plan, self.ctx, process)
         client.wait_started()
         return client
 

@@ -97,18 +97,24 @@ class HostedClient:
         self._gone: str | None = None
         self._ids: dict[int, int] = {}  # the host's op ids -> the history's
         self._requests = itertools.count()
-        context = {"connection": ctx.connection, "run_id": ctx.run_id,
-                   "partitions": ctx.partitions, "clients": ctx.clients}
+        self._values, self._protocols = ctx.values, ctx.txn_protocols
         started = self._expect(_START)
-        ours, theirs = PROCESSES.Pipe()
-        self._conn = ours
-        self._proc = PROCESSES.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
-                                 args=(theirs, cid, spec, plan, context, process, ctx.values))
-        _start(self._proc)
-        theirs.close()
+        self._conn = self._launch(cid, spec, plan, ctx, process)
         threading.Thread(target=self._read, daemon=True,
                          name=f"onceproof-host-{process}").start()
         self._started = started
+
+    def _launch(self, cid: str, spec: dict, plan: dict, ctx: RunContext, process: str):
+        """Start the client's process; returns the harness's end of the connection to it
+        (send, recv, close)."""
+        context = {"connection": ctx.connection, "run_id": ctx.run_id,
+                   "partitions": ctx.partitions, "clients": ctx.clients}
+        ours, theirs = PROCESSES.Pipe()
+        self._proc = PROCESSES.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
+                                       args=(theirs, cid, spec, plan, context, process, ctx.values))
+        _start(self._proc)
+        theirs.close()
+        return ours
 
     @property
     def pid(self) -> int | None:
@@ -143,6 +149,11 @@ class HostedClient:
         """Kill the process as kill -9 would: nothing flushed, committed or aborted."""
         self._proc.kill()
         self._proc.join(10)
+
+    def _exit_code(self) -> int | None:
+        """The process's exit code, once it has ended (waiting a second for it)."""
+        self._proc.join(1)
+        return self._proc.exitcode
 
     # ---- the harness's side of the pipe ----------------------------------------------
 
@@ -181,19 +192,26 @@ class HostedClient:
                 elif kind == "complete":
                     _, local, type_, value, error = message
                     self._writer.complete(self._ids.pop(local), type_, value, error)
+                    if value and "txn_protocol" in value:
+                        self._protocols[value["txn_protocol"]] += 1
+                elif kind == "values":  # a block of the run's values, for a Java client
+                    _, local, count = message
+                    with self._values.get_lock():
+                        first = self._values.value + 1
+                        self._values.value += count
+                    self._send(("values", local, first))
                 else:  # done
                     with self._lock:
                         fut = self._waiting.pop(message[1], None)
                     if fut is not None:
                         fut.set_result(message[2:])
         except (EOFError, OSError):
-            self._proc.join(1)
-            if self._proc.exitcode is not None:
-                why = f"its process ended (exit code {self._proc.exitcode})"
+            if (code := self._exit_code()) is not None:
+                why = f"its process ended (exit code {code})"
             kind = GONE
         except BaseException:  # a bug of the harness: every waiting call raises it
             why, kind = traceback.format_exc(), BUG
-            self._proc.kill()
+            self.crash()
         finally:
             with self._lock:
                 self._gone = why

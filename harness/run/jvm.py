@@ -1,0 +1,142 @@
+"""Plan clients on the Java client (kafka-clients): each client process a JVM of its own,
+running onceproof's agent (run/java/OnceproofAgent.java).
+
+Why a JVM per process, speaking host.py's protocol as JSON lines: a client process is
+then exactly what it is for librdkafka (run/host.py), a process the harness starts,
+records through, kills -9 on a crash and replaces when it hangs, and the history it
+writes has the same ops, values and order rules. The agent implements the roles of
+run/clients.py op for op; what differs between the two client libraries is said there.
+
+Plans are written in librdkafka's setting names (docs/plans.md). A Java client gets the
+same settings under Java's names where the two differ (JAVA_NAMES), and a setting the
+Java client does not know is refused before the run starts, not ignored.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from onceproof.cluster.provision import JavaClientDist
+from onceproof.run.clients import (
+    COMMIT_ATTEMPTS,
+    FETCH_TIMEOUT,
+    HANG_GRACE,
+    OP_TIMEOUT,
+    START_TIMEOUT,
+    TXN_TIMEOUT_MS,
+    RunContext,
+)
+from onceproof.run.host import HostedClient
+from onceproof.workloads.ops import TRANSACTIONAL
+from onceproof.workloads.plan import DEFAULT_CONSUMER, DEFAULT_PIPELINE, DEFAULT_PRODUCER, read_topic
+from onceproof.workloads.settings import setting_text
+
+# librdkafka's name -> the Java client's, for settings whose names differ.
+JAVA_NAMES = {"message.timeout.ms": "delivery.timeout.ms", "queue.buffering.max.ms": "linger.ms"}
+# A small heap (the clients buffer little), and no optimizing JIT: nine of these share
+# two cores with the brokers, and a client process lives for minutes, not hours.
+JVM_OPTIONS = ("-Xms16m", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-XX:-UsePerfData")
+
+
+def java_config(settings: dict) -> dict[str, str]:
+    return {JAVA_NAMES.get(k, k): setting_text(v) for k, v in settings.items()}
+
+
+def unknown_settings(plan: dict, cid: str, dist: JavaClientDist) -> list[str]:
+    """The settings a Java plan client is given that its client knows under no name."""
+    names = dist.config_names
+    known = set(names["producer"]) | set(names["consumer"])
+    spec = plan["clients"][cid]
+    given = {**plan.get("producer", {}), **plan.get("consumer", {}), **spec.get("config", {})}
+    return sorted(k for k in given if JAVA_NAMES.get(k, k) not in known)
+
+
+def settings(cid: str, spec: dict, plan: dict, ctx: RunContext) -> dict:
+    """Everything the agent needs to make a plan client, worked out here, so each default
+    has one definition (run/clients.py, workloads/plan.py)."""
+    producer = {**DEFAULT_PRODUCER, "max.block.ms": round(OP_TIMEOUT * 1000),
+                **({"transaction.timeout.ms": TXN_TIMEOUT_MS} if spec["role"] in TRANSACTIONAL else {}),
+                **plan.get("producer", {}), **spec.get("config", {})}
+    consumer = {**DEFAULT_CONSUMER, **plan.get("consumer", {}), **spec.get("config", {})}
+    # A transactional client's own reader reads committed data, whatever its config says.
+    reader = {**DEFAULT_CONSUMER, **plan.get("consumer", {}), "isolation.level": "read_committed"}
+    read = read_topic(plan, spec)
+    return {"topic": spec.get("topic") or next(iter(plan["topics"])), "tid": ctx.tid(cid),
+            "group": ctx.group(spec.get("group", cid)),
+            "partitions": spec.get("partitions", list(range(ctx.partitions[read]))),
+            "producer": java_config(producer), "consumer": java_config(consumer),
+            "reader": java_config(reader),
+            "pipeline": {**DEFAULT_PIPELINE, **spec.get("pipeline", {})},
+            "mix": plan.get("mix", {})}
+
+
+class _Lines:
+    """host.py's messages as JSON lines on a process's stdin and stdout."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self._in, self._out = proc.stdin, proc.stdout
+
+    def send(self, message) -> None:
+        assert self._in is not None
+        self._in.write(json.dumps(message) + "\n")
+        self._in.flush()
+
+    def recv(self):
+        assert self._out is not None
+        line = self._out.readline()
+        if not line:
+            raise EOFError
+        return json.loads(line)
+
+    def close(self) -> None:
+        for stream in (self._in, self._out):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+class JavaClient(HostedClient):
+    """A client process on the Java client: a JVM running the agent."""
+
+    def _launch(self, cid: str, spec: dict, plan: dict, ctx: RunContext, process: str):
+        dist = ctx.java
+        if dist is None:
+            raise RuntimeError("a Java plan client in a run without a Java client (run/execute.py)")
+        # A session of its own keeps a terminal's Ctrl-C away from it: the harness ends
+        # it, and it ends by itself when the harness's end of its stdin closes (the
+        # harness exited, or was killed).
+        self._proc = subprocess.Popen(
+            ["java", *JVM_OPTIONS, "-cp", dist.classpath, "OnceproofAgent"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            start_new_session=True)
+        conn = _Lines(self._proc)
+        context = {"prefix": ctx.prefix, "partitions": ctx.partitions,
+                   "connection": {k: setting_text(v) for k, v in ctx.connection.items()},
+                   "timeouts": {"op": OP_TIMEOUT, "fetch": FETCH_TIMEOUT, "hang_grace": HANG_GRACE,
+                                "start": START_TIMEOUT, "commit_attempts": COMMIT_ATTEMPTS}}
+        try:
+            conn.send(["start", cid, {**spec, "java": settings(cid, spec, plan, ctx)}, context, process])
+        except OSError:
+            pass  # it died at once: the reader reports it
+        return conn
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def crash(self) -> None:
+        """kill -9 of the JVM: nothing flushed, committed or aborted."""
+        self._proc.kill()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self._proc.wait(1)
+        except subprocess.TimeoutExpired:
+            return None

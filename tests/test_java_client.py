@@ -1,0 +1,141 @@
+"""Plan clients on the Java client (run/jvm.py), on the real cluster: every role runs,
+records what a librdkafka client records, crashes as a killed JVM and comes back, and
+the history names the client and the transaction protocol it spoke."""
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from onceproof.checkers.history import CLUSTER, read_events
+from onceproof.cluster.provision import ensure_java_client
+from onceproof.run.jvm import unknown_settings
+from onceproof.trial import run_trial
+from onceproof.workloads.plan import PlanError, on_client, validate
+
+
+def _agents() -> list[int]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if "OnceproofAgent" in " ".join(p.info["cmdline"] or []):
+            found.append(p.pid)
+    return found
+
+
+def _mixed_plan(duration: int) -> dict:
+    """Every role on the Java client, and a librdkafka consumer reading what they wrote."""
+    plan = {"topics": {"t": {"partitions": 3}, "in": {"partitions": 3}, "out": {"partitions": 3}},
+            "clients": {
+                "p0": {"role": "producer", "topic": "in", "threads": 2, "seed": 1},
+                "t0": {"role": "txn_producer", "topic": "t", "seed": 2},
+                "w0": {"role": "rw_txn", "topic": "t", "seed": 3},
+                "x0": {"role": "pipeline", "input": "in", "output": "out", "seed": 4},
+                "c0": {"role": "consumer", "topic": "out", "seed": 5},
+                "c1": {"role": "consumer", "topic": "t", "seed": 6, "client": "librdkafka"}},
+            "duration": duration,
+            "schedule": [{"at": 8, "crash": "x0"},
+                         {"at": 12, "fault": {"f": "latency", "ms": 200, "jitter": 50}},
+                         {"at": 16, "fault": {"f": "heal"}}]}
+    return on_client(plan, "java")
+
+
+@pytest.mark.cluster
+def test_every_role_runs_on_the_java_client_beside_librdkafka_and_stays_exact(cluster, tmp_path):
+    plan = _mixed_plan(25)
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+
+    tested = next(e for e in events if e["f"] == CLUSTER)["value"]["clients"]
+    assert set(tested) == {"java", "librdkafka"} and tested["java"] == cluster.dist.version
+
+    # The Java client's transactions say which protocol it spoke, as it says itself:
+    # KIP-890's v2 on a 4.x client against a 4.x cluster.
+    protocols = {e["value"]["txn_protocol"] for e in events
+                 if e["f"] == "begin_txn" and e["type"] == "ok"}
+    assert protocols == ({2} if cluster.dist.major >= 4 else {1}), protocols
+
+    # The crash killed the pipeline's JVM, and its successor committed after it.
+    crashed = [e for e in events if e["f"] == "client_crashed" and e["type"] == "info"]
+    assert [e["value"]["by"] for e in crashed] == ["x0.1"]
+    assert any(e["process"] == "x0.1" and e["f"] == "commit_txn" and e["type"] == "ok"
+               for e in events if e["index"] > crashed[0]["index"])
+    # Two threads of one producer, each with its own sends in flight.
+    assert {"p0", "p0~1"} <= {e["process"] for e in events if e["f"] == "send" and e["type"] == "ok"}
+    # The librdkafka consumer read what Java transactions committed.
+    assert any(e["process"] == "c1" and e["value"]["records"] for e in events
+               if e["f"] == "poll" and e["type"] == "ok")
+
+    seen = trial.exercised
+    assert seen["acknowledged_writes"] > 50 and seen["commit_txn"] > 10
+    assert seen["send_offsets"] > 5 and seen["records_read"] > 50
+    assert trial.verdict.valid, trial.verdict.counts
+    assert not _agents()  # every JVM of the run ended with it
+
+
+@pytest.mark.cluster
+def test_the_java_client_from_before_kip_890_speaks_transaction_protocol_v1(cluster, tmp_path):
+    plan = on_client({"topics": {"t": {"partitions": 2}},
+                      "clients": {"t0": {"role": "txn_producer"}, "c0": {"role": "consumer"}},
+                      "steps": [{"ops": {"t0": {"f": "begin"}}}, {"ops": {"t0": {"f": "send", "n": 3}}},
+                                {"ops": {"t0": {"f": "commit"}}},
+                                {"ops": {"c0": {"f": "poll", "n": 10, "timeout": 3.0}}}]},
+                     "java", "3.8.0")
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    assert next(e for e in events if e["f"] == CLUSTER)["value"]["clients"] == {"java": "3.8.0"}
+    begun = [e["value"] for e in events if e["f"] == "begin_txn" and e["type"] == "ok"]
+    assert [b["txn_protocol"] for b in begun] == [1]
+    polled = [r["value"] for e in events if e["f"] == "poll" and e["type"] == "ok"
+              for r in e["value"]["records"]]
+    assert len(polled) == 3
+    assert trial.verdict.valid, trial.verdict.counts
+
+
+@pytest.mark.cluster
+def test_a_subscribed_java_pipeline_records_the_positions_it_keeps(cluster, tmp_path):
+    if cluster.dist.major < 4:
+        pytest.skip("KIP-848's consumer protocol is on by default from Kafka 4.0")
+    # Two members of one group start together: the first gets every partition, and gives
+    # some up when the second joins. KIP-848 moves partitions one by one, so the ones the
+    # first keeps keep their positions, which its assign op must say (`kept`).
+    plan = on_client({"topics": {"in": {"partitions": 4}, "out": {"partitions": 4}},
+                      "consumer": {"group.protocol": "consumer"},
+                      "clients": {"p0": {"role": "producer", "topic": "in", "seed": 1},
+                                  "x0": {"role": "pipeline", "input": "in", "output": "out",
+                                         "seed": 2, "pipeline": {"subscribe": True}},
+                                  "x1": {"role": "pipeline", "input": "in", "output": "out",
+                                         "seed": 3, "group": "x0",
+                                         "pipeline": {"subscribe": True}}},
+                      "duration": 20, "schedule": []}, "java")
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    assigned = [e["value"] for e in events if e["f"] == "assign" and e["type"] == "ok"
+                and e["process"] in ("x0", "x1")]
+    assert any(a["kept"] for a in assigned), assigned
+    read = {r["partition"] for e in events if e["f"] == "poll" and e["type"] == "ok"
+            and e["process"] in ("x0", "x1") for r in e["value"]["records"]}
+    assert read == set(range(4))
+    assert trial.exercised["commit_txn"] > 5
+    assert trial.verdict.valid, trial.verdict.counts
+
+
+def test_a_plan_names_a_known_client_and_release():
+    plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}}, "steps": []}
+    with pytest.raises(PlanError, match="unknown client 'jvm'"):
+        on_client(plan, "jvm")
+    with pytest.raises(PlanError, match=r"unknown Java client version .3\.8."):
+        on_client(plan, "java", "3.8")
+    with pytest.raises(PlanError, match=r"clients\.p0\.client: must be one of librdkafka, java"):
+        validate({**plan, "clients": {"p0": {"role": "producer", "client": "kotlin"}}})
+    # A client that names its library keeps it; the others take the run's.
+    mixed = on_client({**plan, "clients": {"p0": {"role": "producer", "client": "librdkafka"},
+                                           "p1": {"role": "producer"}}}, "java")
+    assert {c["client"] for c in mixed["clients"].values()} == {"librdkafka", "java"}
+
+
+def test_a_setting_the_java_client_does_not_know_is_named():
+    dist = ensure_java_client("4.4.0")
+    plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
+            "producer": {"socket.timeout.ms": 2000, "message.timeout.ms": 4000, "acks": "all"},
+            "clients": {"p0": {"role": "producer", "client": "java"}}}
+    # message.timeout.ms is librdkafka's name for the Java client's delivery.timeout.ms.
+    assert unknown_settings(plan, "p0", dist) == ["socket.timeout.ms"]
