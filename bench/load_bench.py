@@ -42,7 +42,7 @@ from onceproof.run.fleet import CRASHED, ERROR, HUNG
 from onceproof.trial import exercised
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.plan import PlanError, save
+from onceproof.workloads.plan import CLIENT_LIBRARIES, PlanError, on_client, save
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
 
 FINAL = "final"  # the process of the harness's final reads (run/execute.py)
@@ -56,13 +56,13 @@ def is_client(process: str, final: bool = False) -> bool:
 
 
 def harness_processes(proc: psutil.Process) -> list[psutil.Process]:
-    """`proc` and the Python processes under it: the fork server and the client
-    processes of run/host.py, and multiprocessing's resource tracker; not the cluster's
-    JVMs and toxiproxy, which are its children too."""
+    """`proc` and the client processes under it: the fork server and the client
+    processes of run/host.py, multiprocessing's resource tracker, and the Java client's
+    JVMs (run/jvm.py); not the cluster's JVMs and toxiproxy, which are its children too."""
     found = [proc]
     for child in proc.children(recursive=True):
         try:
-            if child.name().startswith("python"):
+            if child.name().startswith("python") or "OnceproofAgent" in child.cmdline():
                 found.append(child)
         except psutil.Error:
             pass
@@ -209,7 +209,8 @@ def report(console: Console, out: dict, latency: pd.DataFrame) -> None:
     rec, null = out["recorded"], out.get("null_recorder")
     rows = [
         ("plan", f"{out['workload']}, {out['clients']} clients, {out['duration']} s, "
-                 f"rate {out['rate'] or 'unthrottled'}, faults {out['faults']}, seed {out['seed']}"),
+                 f"rate {out['rate'] or 'unthrottled'}, faults {out['faults']}, seed {out['seed']}, "
+                 f"clients on {out['client']}"),
         ("workload seconds", rec["workload_seconds"]),
         ("client ops completed (ok)", f"{rec['client_ops_completed']} ({rec['client_ops_ok']})"),
         ("client ops/s", rec["client_ops_per_s"]),
@@ -221,7 +222,7 @@ def report(console: Console, out: dict, latency: pd.DataFrame) -> None:
         ("history", f"{rec['history_mib']} MiB, {rec['history_events']} events, "
                     f"converted in {rec['convert_seconds']} s"),
         ("harness CPU (its processes)", f"{rec['cpu_percent']}% of one core over "
-                                        f"{rec['wall_seconds']} s"),
+                                        f"{rec['wall_seconds']} s, {rec['cpu_ms_per_op']} ms per op"),
         ("harness PSS min / max", f"{rec['pss_min_mib']} / {rec['pss_max_mib']} MiB "
                                   f"({rec['pss_samples']} samples)"),
     ]
@@ -264,10 +265,14 @@ def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
               help="run the plan again recording nothing, for the recording overhead")
 @click.option("--check/--no-check", "do_check", default=True, show_default=True)
 @click.option("--spark", is_flag=True, help="check on Spark whatever the history's size")
+@click.option("--client", "libraries", multiple=True, default=("librdkafka",), show_default=True,
+              type=click.Choice(CLIENT_LIBRARIES),
+              help="client library of every plan client; repeat it to run the same plan on "
+                   "each, one after the other on the same cluster, and compare")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("load-bench"), show_default=True)
 def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
-         null_recorder, do_check, spark, out) -> None:
+         null_recorder, do_check, spark, libraries, out) -> None:
     console = Console()
     nodes = 3
     try:
@@ -279,40 +284,64 @@ def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
         raise click.UsageError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     save(plan, out / "plan.json")
-    figures: dict = {"workload": workload, "faults": ",".join(kinds) or "none", "seed": seed, "rate": rate,
-                     "duration": duration, "clients": len(plan["clients"]),
-                     "schedule": len(plan["schedule"])}
+    base: dict = {"workload": workload, "faults": ",".join(kinds) or "none", "seed": seed, "rate": rate,
+                  "duration": duration, "clients": len(plan["clients"]),
+                  "schedule": len(plan["schedule"])}
+    results = {}
     # The cluster's data is not a figure; it stays out of OUT.
     with tempfile.TemporaryDirectory(prefix="onceproof-bench-") as root, \
             Cluster(root, nodes) as cluster:
         console.print(f"cluster ready: Kafka {cluster.dist.version}; running {len(plan['clients'])} "
                       f"clients for {duration} s, {len(plan['schedule'])} scheduled events, "
-                      f"after a {WARMUP} s warm-up")
-        # A fresh cluster spends its first seconds creating its internal topics
-        # (__transaction_state, __consumer_offsets) at a fifth of the later throughput;
-        # that is start-up, not load, and would count against whichever run goes first.
-        run({**plan, "duration": WARMUP, "schedule": []}, cluster, out / "warmup",
-            on_progress=None, writer=NullRecorder())
-        with Usage() as usage:
-            run(plan, cluster, out / "recorded", on_progress=None, writer=None)
-        if null_recorder:
-            console.print("running the same plan with the null recorder")
-            recorder = NullRecorder()
-            with Usage() as null_usage:
-                run(plan, cluster, out / "null", on_progress=None, writer=recorder)
+                      f"after a {WARMUP} s warm-up, on {', '.join(libraries)}")
+        for library in libraries:
+            mine = out / library if len(libraries) > 1 else out
+            results[library] = measure(on_client(plan, library), cluster, mine, null_recorder)
+    for library, (figures, latency) in results.items():
+        mine = out / library if len(libraries) > 1 else out
+        figures = {**base, "client": library, **figures}
+        if do_check:
+            figures["check"] = timed_check(mine / "recorded" / "history.parquet", spark)
+        figures["latency_ms"] = latency.round(1).to_dict("records")
+        (mine / "load_bench.json").write_text(json.dumps(figures, indent=1, default=int))
+        report(console, figures, latency)
+        console.print(f"figures in {mine / 'load_bench.json'}")
+    if len(libraries) > 1:
+        side = Table("client", "client ops/s", "harness CPU, % of a core", "harness CPU ms per op",
+                     "harness PSS max MiB", title="Side by side: the same plan on each client")
+        for library, (figures, _) in results.items():
+            rec = figures["recorded"]
+            side.add_row(library, str(rec["client_ops_per_s"]), str(rec["cpu_percent"]),
+                         str(rec["cpu_ms_per_op"]), str(rec["pss_max_mib"]))
+        console.print(side)
+
+
+def measure(plan: dict, cluster, out: Path, null_recorder: bool) -> tuple[dict, pd.DataFrame]:
+    """One plan's figures on the cluster: its recorded run (after a warm-up) and, unless
+    told not to, the same plan with the null recorder."""
+    # A fresh cluster spends its first seconds creating its internal topics
+    # (__transaction_state, __consumer_offsets) at a fifth of the later throughput;
+    # that is start-up, not load, and would count against whichever run goes first.
+    run({**plan, "duration": WARMUP, "schedule": []}, cluster, out / "warmup",
+        on_progress=None, writer=NullRecorder())
+    with Usage() as usage:
+        run(plan, cluster, out / "recorded", on_progress=None, writer=None)
+    figures: dict = {}
+    if null_recorder:
+        recorder = NullRecorder()
+        with Usage() as null_usage:
+            run(plan, cluster, out / "null", on_progress=None, writer=recorder)
     recorded, latency = history_figures(plan, out / "recorded")
-    figures["recorded"] = {**recorded, **usage.figures()}
+    used = usage.figures()
+    ops = recorded["client_ops_completed"]
+    used["cpu_ms_per_op"] = round(used["cpu_percent"] * 10 * used["wall_seconds"] / ops, 2) if ops else None
+    figures["recorded"] = {**recorded, **used}
     if null_recorder:
         figures["null_recorder"] = {**recorder.figures(), **null_usage.figures()}
         null_rate = figures["null_recorder"]["client_ops_per_s"]
         figures["recording_ratio"] = round(recorded["client_ops_per_s"] / null_rate, 3) \
             if null_rate else None
-    if do_check:
-        figures["check"] = timed_check(out / "recorded" / "history.parquet", spark)
-    figures["latency_ms"] = latency.round(1).to_dict("records")
-    (out / "load_bench.json").write_text(json.dumps(figures, indent=1, default=int))
-    report(console, figures, latency)
-    console.print(f"figures in {out / 'load_bench.json'}")
+    return figures, latency
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kafka-version", default=os.environ.get("ONCEPROOF_KAFKA_VERSION"),
                     help="Kafka release to test (default: the newest tested 4.x)")
     group.addoption("--nodes", type=int, default=3, help="KRaft nodes in the test cluster")
+    group.addoption("--client", default=os.environ.get("ONCEPROOF_CLIENT"),
+                    choices=("librdkafka", "java"),
+                    help="client library of the plan clients the `trials` fixture runs that name "
+                         "none (default: librdkafka)")
+    group.addoption("--java-client-version", default=os.environ.get("ONCEPROOF_JAVA_CLIENT_VERSION"),
+                    help="the Java client's release (default: the cluster's)")
     group.addoption("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting for the test cluster (repeatable)")
     group.addoption("--broker-config-file", default=os.environ.get("ONCEPROOF_BROKER_CONFIG"),
@@ -142,7 +148,9 @@ def trials(request, session_cluster, artifacts_dir, pytestconfig, deadline) -> S
     name = request.node.name
     return Search(name, session_cluster, artifacts_dir, pytestconfig.getoption("--spark-master"),
                   pytestconfig.getoption("--shrink-budget"), deadline,
-                  on_cut=partial(stopped_by_time_limit, name, request.node.user_properties))
+                  on_cut=partial(stopped_by_time_limit, name, request.node.user_properties),
+                  client=pytestconfig.getoption("--client"),
+                  java_client_version=pytestconfig.getoption("--java-client-version"))
 
 
 class _Rows(list):

@@ -28,7 +28,7 @@ from hypothesis.errors import Flaky
 from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.external import AnyCluster
 from onceproof.trial import Counterexamples, Trial, run_trial
-from onceproof.workloads.plan import load, size
+from onceproof.workloads.plan import load, on_client, size
 from onceproof.workloads.suites import Suite
 
 
@@ -41,8 +41,11 @@ class Search:
     def __init__(self, name: str, cluster: AnyCluster, artifacts: str | Path,
                  spark_master: str | None = None, budget: float = 600.0,
                  deadline: float | None = None,
-                 on_cut: Callable[[int], None] | None = None) -> None:
+                 on_cut: Callable[[int], None] | None = None, client: str | None = None,
+                 java_client_version: str | None = None) -> None:
         self.name, self.cluster, self.spark_master = name, cluster, spark_master
+        # The client library of every plan client that names none (pytest's --client).
+        self.client, self.java_client_version = client, java_client_version
         self.budget, self.deadline, self.on_cut = budget, deadline, on_cut
         self.scratch = Path(artifacts) / "trials" / name
         self.store = Counterexamples(Path(artifacts) / "counterexamples")
@@ -74,6 +77,7 @@ class Search:
         if self.cluster.faults or self.cluster.down_nodes:
             self.cluster.heal_all()
         self.examples += 1
+        plan = on_client(plan, self.client, self.java_client_version)
         trial = run_trial(plan, self.cluster, self.scratch / f"{self.examples:04d}",
                           self.spark_master)
         self.exercised.update(trial.exercised)

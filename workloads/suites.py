@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .faults import SETS
-from .strategies import concurrent_plans, plans
+from .strategies import WORKLOADS, concurrent_plans, plans
 
 # A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
 # crash about every 15 s. Shrinking shortens it toward 10 s and drops faults and clients.
@@ -114,6 +114,14 @@ def _lagging_leader_lost(name: str, why: str, broker: dict, leader_fault: str) -
                  shapes=("rounds",))
 
 
+def _on_java(workload: str, config: dict | None = None) -> dict:
+    """`config` with every client of `workload` on the Java client (docs/plans.md)."""
+    config = config or {}
+    overrides = config.get("clients", {})
+    return {**config, "clients": {cid: {**overrides.get(cid, {}), "client": "java"}
+                                  for cid in WORKLOADS[workload]["clients"]}}
+
+
 # acks=1 without retries, on one partition, so every write goes to the leader the fault
 # takes away.
 _ACKS1 = {"topics": {"t": {"partitions": 1}},
@@ -192,10 +200,27 @@ SUITES = {s.name: s for s in [
           frozenset({"lost_input"}), "pipeline",
           config={"clients": {"x0": {"pipeline": {"rewind_on_abort": False}}}},
           options={"abort_percent": 50, "all_clients": True}),
+    Suite("java_non_idempotent_retries",
+          "the Java client without idempotence retries a write whose ack was slow, and the "
+          "broker appends it again",
+          frozenset({"duplicate"}), "producers",
+          # The Java client's request.timeout.ms is its own request timeout, the one
+          # librdkafka calls socket.timeout.ms: below the injected response latency, a
+          # produce times out after it was appended and is sent again.
+          config=_on_java("producers", {"producer": {
+              "enable.idempotence": False, "acks": "all", "retries": 20,
+              "request.timeout.ms": 1500, "message.timeout.ms": 180000,
+              "retry.backoff.ms": 100}}),
+          faults=("slow_acks",), fault_percent=60),
     Suite("correct_pipeline",
           "idempotent, acks=all, read_committed, offsets in the transaction, rewind on "
           "abort: must pass under every fault",
           frozenset(), "pipeline", faults=SETS["mixed"], fault_percent=40),
+    Suite("java_correct_pipeline",
+          "correct_pipeline with every client on the Java client (transaction protocol v2 "
+          "from 4.0): must pass under every fault",
+          frozenset(), "pipeline", config=_on_java("pipeline"), faults=SETS["mixed"],
+          fault_percent=40),
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
