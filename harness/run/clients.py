@@ -28,6 +28,12 @@ _LIBRDKAFKA_LOG = logging.getLogger("onceproof.librdkafka")
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 _LIBRDKAFKA_LOG.propagate = False
 QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
+# How far ahead a librdkafka consumer fetches, unless a plan says otherwise: at least 1000
+# messages per partition rather than librdkafka's 100,000. A consumer that lags (a
+# pipeline or consumer taking at most ten records an op while producers write
+# nonstop) otherwise holds ever more fetched records in its process; what it is given,
+# and when, stays the same.
+PREFETCH = {"queued.min.messages": 1000, "queued.max.messages.kbytes": 4096}
 OP_TIMEOUT = 20.0
 FETCH_TIMEOUT = 10.0
 # A transactional client's transaction timeout unless its plan sets one.
@@ -430,7 +436,7 @@ class TopicConsumer(Client):
         self.group = self.ctx.group(self.spec.get("group", self.cid))
         config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
         self.isolation = config["isolation.level"]
-        self.consumer = Consumer({**config, **self.ctx.connection,
+        self.consumer = Consumer({**PREFETCH, **config, **self.ctx.connection,
                                   "group.id": self.group, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", **QUIET})
         self.tps = [TopicPartition(self.ctx.topic(self.topic), p)

@@ -30,6 +30,10 @@ class Fleet:
     def __init__(self, plan: dict, ctx: RunContext):
         self.plan, self.ctx = plan, ctx
         self._lock = threading.Lock()
+        # One replacement of a client at a time: a process killed by one replacement
+        # fails the ops its other threads wait on, and their stopped() must find the
+        # replacement, not replace it again while it starts.
+        self._replacing = {cid: threading.Lock() for cid in plan["clients"]}
         self._incarnations = dict.fromkeys(plan["clients"], 0)
         self.replaced = 0
         # Every host starts at once; each then waits for its client to be made.
@@ -64,24 +68,25 @@ class Fleet:
         """Retire the process running cid (unless `gone` names one that is already
         retired) and start the next `after` seconds later; record the replacement.
         Returns the current client."""
-        with self._lock:
-            old = self.current[cid]
-            if gone is not None and old is not gone:
-                return old
-            self._incarnations[cid] += 1
-            process = f"{cid}.{self._incarnations[cid]}"
-            self.replaced += 1
-        value: dict = {"process": old.process, "by": process}
-        if op is not None:
-            value["op"] = op
-        self.ctx.writer.fault(why, value, type="info", error=detail)
-        old.crash()  # for every reason: a supervisor kills what it replaces
-        time.sleep(after)
-        # The first incarnation was made with the same config, so this one can be too.
-        new = self._make(cid, process)
-        with self._lock:
-            self.current[cid] = new
-        return new
+        with self._replacing[cid]:
+            with self._lock:
+                old = self.current[cid]
+                if gone is not None and old is not gone:
+                    return old
+                self._incarnations[cid] += 1
+                process = f"{cid}.{self._incarnations[cid]}"
+                self.replaced += 1
+            value: dict = {"process": old.process, "by": process}
+            if op is not None:
+                value["op"] = op
+            self.ctx.writer.fault(why, value, type="info", error=detail)
+            old.crash()  # for every reason: a supervisor kills what it replaces
+            time.sleep(after)
+            # The first incarnation was made with the same config, so this one can be too.
+            new = self._make(cid, process)
+            with self._lock:
+                self.current[cid] = new
+            return new
 
     def close(self, cids) -> None:
         """Close each client as an application shutting down would; its process ends."""

@@ -1089,8 +1089,9 @@ public final class OnceproofAgent {
         Thread maker = new Thread(() -> {
             try {
                 made[0] = make(cid, spec, ctx, process);
-                wire.send("done", START, null, null);
+                // Ready before the harness hears so: it sends its first request at once.
                 ready.complete(null);
+                wire.send("done", START, null, null);
             } catch (Throwable e) {
                 Object[] o = outcome(e);
                 wire.send("done", START, o[0], o[1]);
