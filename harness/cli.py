@@ -523,11 +523,14 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
 @main.command()
 @kafka_version_option
 def install(kafka_version: str | None) -> None:
-    """Fetch Kafka (Maven Central) and toxiproxy (Go module proxy) into the cache."""
-    from onceproof.cluster.provision import ensure_kafka, ensure_toxiproxy
+    """Fetch Kafka and its Java client (Maven Central; the Java client's agent compiled
+    against it) and toxiproxy (Go module proxy) into the cache."""
+    from onceproof.cluster.provision import ensure_java_client, ensure_kafka, ensure_toxiproxy
     dist = ensure_kafka(kafka_version)
+    java = ensure_java_client(dist.version)
     binary = ensure_toxiproxy()
-    click.echo(f"Kafka {dist.version}: {dist.libs}\ntoxiproxy: {binary}")
+    click.echo(f"Kafka {dist.version}: {dist.libs}\nJava client {java.version}: {java.home}\n"
+               f"toxiproxy: {binary}")
 
 
 @main.command("run")
