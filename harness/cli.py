@@ -103,6 +103,11 @@ def client_options(f):
                              "from 4.0).")(f)
 
 
+side_by_side_option = click.option(
+    "--client", "clients", multiple=True,
+    help="Run every plan's clients that name no client library on this one (repeatable: "
+         "the same searches on each, a column per client; default: as the plans say, "
+         "librdkafka unless they name java).")
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -332,12 +337,13 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
                    "(tests/counterexamples).")
 @nodes_option
 @kafka_version_option
+@side_by_side_option
 @spark_option
 @artifacts_option
 @external_options
 def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, save_to, nodes,
-           kafka_version, spark_master, artifacts, bootstrap, client_pairs, client_config_file,
-           fault_commands, keep) -> None:
+           kafka_version, clients, spark_master, artifacts, bootstrap, client_pairs,
+           client_config_file, fault_commands, keep) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
     With --bootstrap, the suites your cluster and fault commands can run."""
     from onceproof.search import keep as keep_counterexample
@@ -345,7 +351,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
-                   spark_master, artifacts, "Known-bad and known-good suites", external)
+                   spark_master, artifacts, "Known-bad and known-good suites", external, clients)
     if not rows:
         raise SetupError("no suite ran: each chosen one says why above (a plan shape it is "
                          "not hunted in, or what your cluster lacks)")
@@ -434,9 +440,10 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
               help="Kafka release to hunt on, each on its own fresh cluster (repeatable; "
                    "default: the default release and 3.5.2).")
 @nodes_option
+@side_by_side_option
 @spark_option
 @artifacts_option
-def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions, nodes,
+def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions, nodes, clients,
           spark_master, artifacts) -> None:
     """Hunt for real bugs: correct configurations under the faults a known exposure needs
     (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
@@ -462,7 +469,7 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
                         time_limit / len(versions) if time_limit else None,
                         ["concurrent"], nodes, version, spark_master,
                         str(Path(artifacts) / f"kafka-{version}"),
-                        "Hunts: correct configurations under targeted faults")
+                        "Hunts: correct configurations under targeted faults", None, clients)
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
@@ -470,16 +477,19 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
 
 
 def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,
-            nodes, kafka_version, spark_master, artifacts, title, external=None) -> list:
-    """Search each chosen suite of registry in each mode on one fresh cluster; print and
-    optionally save the table."""
+            nodes, kafka_version, spark_master, artifacts, title, external=None,
+            clients: tuple[str, ...] = ()) -> list:
+    """Search each chosen suite of registry in each mode (on each client library asked
+    for) on one fresh cluster; print and optionally save the table, a column per client."""
     import json
     import time
 
     from rich.console import Console
-    from rich.table import Table
 
     from onceproof.search import as_row, hunt
+    from onceproof.workloads.plan import CLIENT_LIBRARIES
+    if (odd := [c for c in clients if c not in CLIENT_LIBRARIES]):
+        raise SetupError(f"unknown client {odd[0]!r}: use one of {', '.join(CLIENT_LIBRARIES)} (--client)")
     unknown = set(only) - set(registry)
     if unknown:
         raise SetupError(f"nothing named {', '.join(sorted(unknown))} to hunt: choose from "
@@ -500,11 +510,38 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                     click.echo(f"{suite.name}: hunted in {', '.join(suite.shapes)} plans only, "
                                f"not in {shape} plans (workloads/suites.py says why)", err=True)
                     continue
-                click.echo(f"hunting {suite.name} ({shape}) ...", err=True)
-                rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
-                                 replays, seed, deadline, shape))
+                for client in clients or (None,):
+                    on = f" on {client}" if client else ""
+                    click.echo(f"hunting {suite.name} ({shape}){on} ...", err=True)
+                    rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
+                                     replays, seed, deadline, shape, client))
         version = cluster.version
-    table = Table(title=f"{title} (Kafka {version})")
+    Console(width=max(120, Console().width)).print(_table(f"{title} (Kafka {version})", rows,
+                                                          clients))
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump([as_row(r) for r in rows], f, indent=1)
+    return rows
+
+
+def _table(title: str, rows: list, clients: tuple[str, ...]):
+    """The searches' table: a row per suite and shape; with several client libraries, the
+    same plans' outcome on each side by side, a column per client."""
+    from rich.table import Table
+
+    def cell(r) -> str:
+        first = f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-"
+        return f"{r.outcome}, {r.examples} plans, first {first}, reproduced {r.reproduced}"
+
+    table = Table(title=title)
+    if len(clients) > 1:
+        for name in ("suite", "mode", "expected anomaly", *clients):
+            table.add_column(name, no_wrap=name == "suite")
+        by = {(r.suite, r.mode, r.client): r for r in rows}
+        for suite, mode, expect in dict.fromkeys((r.suite, r.mode, r.expect) for r in rows):
+            table.add_row(suite, mode, expect, *(cell(by[suite, mode, c]) if (suite, mode, c) in by
+                                                 else "-" for c in clients))
+        return table
     for name in ("suite", "mode", "expected anomaly", "caught", "examples",
                  "time to first failure", "shrunk plan size", "reproduced"):
         # Names and outcomes whole; the numbers' headers may wrap.
@@ -513,11 +550,7 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
         table.add_row(r.suite, r.mode, r.expect, r.outcome, str(r.examples),
                       f"{r.seconds_to_first:.0f} s" if r.seconds_to_first is not None else "-",
                       str(r.shrunk_size or "-"), r.reproduced)
-    Console(width=max(120, Console().width)).print(table)
-    if json_out:
-        with open(json_out, "w") as f:
-            json.dump([as_row(r) for r in rows], f, indent=1)
-    return rows
+    return table
 
 
 @main.command()

@@ -118,6 +118,7 @@ class HuntResult:
     hunt: bool = False  # a hunt (workloads/suites.py HUNTS): caught means found
     found: list[str] = field(default_factory=list)  # what the counterexample showed
     kafka_version: str = ""
+    client: str | None = None  # the client library the plans ran on (None: as they say)
 
     @property
     def outcome(self) -> str:
@@ -145,11 +146,13 @@ def shows(suite: Suite, trial: Trial) -> bool:
 def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master: str | None = None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
          seed: int | None = None, deadline: float | None = None,
-         mode: str = "rounds") -> HuntResult:
-    """Search, shrink and replay one suite with plans of `mode`'s shape. No plan starts
-    after `deadline` (a monotonic time); a suite the deadline stopped is `cut`, and one
-    stopped before its first plan reports 0 examples and no verdict."""
-    search = Search(search_name(suite, mode), cluster, artifacts, spark_master, budget, deadline)
+         mode: str = "rounds", client: str | None = None) -> HuntResult:
+    """Search, shrink and replay one suite with plans of `mode`'s shape, every plan client
+    that names no client library on `client`. No plan starts after `deadline` (a
+    monotonic time); a suite the deadline stopped is `cut`, and one stopped before its
+    first plan reports 0 examples and no verdict."""
+    search = Search(search_name(suite, mode, client), cluster, artifacts, spark_master, budget,
+                    deadline, client=client)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
@@ -192,12 +195,14 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
         seconds_to_first=search.seconds_to_first,
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,
         reproduced=reproduced, counterexample=str(folder) if folder is not None else None,
-        cut=search.cut, exercised=dict(search.exercised))
+        cut=search.cut, exercised=dict(search.exercised), client=client)
 
 
-def search_name(suite: Suite, mode: str) -> str:
-    """The name a suite's search in mode saves its counterexample under."""
-    return suite.name if mode == "rounds" else f"{suite.name}-{mode}"
+def search_name(suite: Suite, mode: str, client: str | None = None) -> str:
+    """The name a suite's search in mode (on `client`, when one is asked for) saves its
+    counterexample under."""
+    name = suite.name if mode == "rounds" else f"{suite.name}-{mode}"
+    return f"{name}-{client}" if client else name
 
 
 def keep(result: HuntResult, folder: str | Path) -> Path:

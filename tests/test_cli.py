@@ -95,6 +95,35 @@ def test_an_unknown_suite_or_hunt_is_one_clear_line():
         assert "nothing named meteor to hunt" in lines[0] and names in lines[0]
 
 
+def test_an_unknown_client_library_is_one_clear_line(tmp_path):
+    for command in ("suites", "hunts", "run", "replay"):
+        args = ("--out", str(tmp_path / "runs")) if command == "run" else ()
+        if command == "replay":
+            args = (str(ROOT / "tests" / "counterexamples" / "read_uncommitted_aborts.json"),)
+        done = _run(str(SCRIPT), command, *args, "--client", "jvm")
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1, (command, done.stderr)
+        assert "unknown client 'jvm': use one of librdkafka, java" in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_side_by_side_searches_print_a_column_per_client():
+    from rich.console import Console
+
+    from onceproof.cli import _table
+    from onceproof.search import HuntResult
+    rows = [HuntResult("non_idempotent_retries", "rounds", "duplicate", False, caught, n, first,
+                       None, "1/1", None, client=client)
+            for client, caught, n, first in (("librdkafka", True, 3, 40.0), ("java", False, 8, None))]
+    console = Console(width=200, record=True)
+    console.print(_table("Suites", rows, ("librdkafka", "java")))
+    text = console.export_text()
+    header = next(line for line in text.splitlines() if "suite" in line)
+    assert "librdkafka" in header and "java" in header
+    row = next(line for line in text.splitlines() if "non_idempotent_retries" in line)
+    assert "yes, 3 plans, first 40 s" in row and "NO, 8 plans, first -" in row
+
+
 def test_a_broker_setting_the_harness_owns_is_refused_before_anything_starts(tmp_path):
     own = tmp_path / "server.properties"
     own.write_text("node.id=7\nmin.insync.replicas=1\n")
