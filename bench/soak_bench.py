@@ -175,6 +175,9 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
         # A client call that never returned holds its thread and its client instance
         # until its process is killed (run/host.py): none should be left in this one.
         abandoned = sum(t.name == "onceproof-bounded" for t in threading.enumerate())
+    # The samples first: what comes after the run (the check, the report) must not be
+    # able to lose half an hour of them.
+    (out / "soak_bench.json").write_text(json.dumps({"samples": samples.rows}, indent=1))
     with open(folder / "history.jsonl") as history:
         replaced = Counter(e["f"] for e in map(json.loads, history)
                            if e["type"] == "info" and e["f"] in (CRASHED, ERROR, HUNG))

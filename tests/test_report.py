@@ -322,3 +322,17 @@ def test_what_was_not_judged_is_shown(tmp_path):
                      r"returned that a reader read past</td>", anomalies), anomalies
     (tmp_path / "verdict.json").write_text(json.dumps(_verdict(ids, valid=True)))
     assert "Not judged" not in write_report(tmp_path).read_text()
+
+
+def test_the_client_libraries_and_transaction_protocols_are_named(tmp_path):
+    from onceproof.checkers.history import CLUSTER
+    with HistoryWriter(tmp_path / "history.jsonl", clock=Clock()) as w:
+        w.fault(CLUSTER, {"kafka_version": "4.4.0", "nodes": [1, 2, 3], "broker": {},
+                          "clients": {"librdkafka": "2.16.0", "java": "4.4.0"}})
+        op = w.invoke("t0", "begin_txn", {"tid": "tx-t0"}, txn="t0/1")
+        w.ok(op, {"tid": "tx-t0", "txn_protocol": 2})
+    (tmp_path / "verdict.json").write_text(json.dumps({
+        "valid": True, "counts": {}, "tested": {"txn_protocols": {"v2": 1}}}))
+    facts = _section(write_report(tmp_path).read_text(), "summary")
+    assert "java 4.4.0, librdkafka 2.16.0" in facts
+    assert "v2 in 1 transactions begun" in facts

@@ -99,7 +99,7 @@ def _read_verdict(path: Path) -> dict | None:
     return {"valid": bool(d.get("valid")), "counts": dict(d.get("counts") or {}),
             "examples": examples, "notes": list(d.get("notes") or []),
             "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {}),
-            "unknown": d.get("unknown"),
+            "unknown": d.get("unknown"), "tested": dict(d.get("tested") or {}),
             "unjudged": [{"rule": u.get("rule"), "count": u.get("count"), "why": u.get("why")}
                          for u in d.get("unjudged") or [] if isinstance(u, dict)]}
 
@@ -150,7 +150,7 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
     if had.get("clients"):
         facts.append(("client libraries", ", ".join(f"{lib} {v}"
                                                     for lib, v in sorted(had["clients"].items()))))
-    if (protocols := (verdict.tested or {}).get("txn_protocols") if verdict else None):
+    if (protocols := (verdict or {}).get("tested", {}).get("txn_protocols")):
         facts.append(("transaction protocol", ", ".join(f"{v} in {n} transactions begun"
                                                         for v, n in protocols.items())))
     if had.get("external"):
