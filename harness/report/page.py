@@ -27,7 +27,7 @@ from onceproof.checkers.history import CLUSTER, NEMESIS
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
-from onceproof.report.text import summary
+from onceproof.report.text import client_libraries, summary, txn_protocols
 
 FIRST_OPS = 300
 CONTEXT = 2  # neighbours of a linked op shown on each side, per process and overall
@@ -148,11 +148,9 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
     if version:
         facts.append(("Kafka version", version))
     if had.get("clients"):
-        facts.append(("client libraries", ", ".join(f"{lib} {v}"
-                                                    for lib, v in sorted(had["clients"].items()))))
+        facts.append(("client libraries", client_libraries(had["clients"])))
     if (protocols := (verdict or {}).get("tested", {}).get("txn_protocols")):
-        facts.append(("transaction protocol", ", ".join(f"{v} in {n} transactions begun"
-                                                        for v, n in protocols.items())))
+        facts.append(("transaction protocol", txn_protocols(protocols)))
     if had.get("external"):
         # A cluster the harness did not start: where it was, and what could not be done.
         facts.append(("cluster", f"brought by the user, at {had.get('bootstrap')}: "

@@ -65,3 +65,13 @@ def summary(value: dict | None, mark: Container = frozenset()) -> Markup:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
         parts.append(text if len(text) < 160 else text[:157] + "…")
     return Markup("; ").join(escape(p) if not isinstance(p, Markup) else p for p in parts)
+
+
+def client_libraries(clients: dict) -> str:
+    """The client libraries a run drove, with their releases: `{library: version}`."""
+    return ", ".join(f"{lib} {v}" for lib, v in sorted(clients.items()))
+
+
+def txn_protocols(protocols: dict) -> str:
+    """Transactions begun per transaction protocol, as the clients that report it say."""
+    return ", ".join(f"{v} in {n} transactions begun" for v, n in protocols.items())

@@ -176,13 +176,25 @@ def bounded(call, *args, timeout: float | None = None):
     return box.get("value")
 
 
-def _producer_config(ctx: RunContext, plan: dict, spec: dict, defaults: dict | None = None,
-                     fixed: dict | None = None) -> dict:
-    """The plan's producer config over the role's `defaults`; `fixed` (a transactional
-    id) over both."""
+def producer_settings(plan: dict, spec: dict, transactional: bool = False) -> dict:
+    """A client's producer settings as the plan gives them: the defaults, the plan's,
+    then the client's own. Each client library adds its own connection and names."""
     from onceproof.workloads.plan import DEFAULT_PRODUCER
-    return {**DEFAULT_PRODUCER, **(defaults or {}), **plan.get("producer", {}),
-            **spec.get("config", {}), **(fixed or {}), **ctx.connection, **QUIET}
+    role = {"transaction.timeout.ms": TXN_TIMEOUT_MS} if transactional else {}
+    return {**DEFAULT_PRODUCER, **role, **plan.get("producer", {}), **spec.get("config", {})}
+
+
+def consumer_settings(plan: dict, spec: dict) -> dict:
+    """A client's consumer settings as the plan gives them, merged as producer_settings."""
+    from onceproof.workloads.plan import DEFAULT_CONSUMER
+    return {**DEFAULT_CONSUMER, **plan.get("consumer", {}), **spec.get("config", {})}
+
+
+def _producer_config(ctx: RunContext, plan: dict, spec: dict, transactional: bool = False,
+                     fixed: dict | None = None) -> dict:
+    """librdkafka's producer config: the plan's settings; `fixed` (a transactional id)
+    over them."""
+    return {**producer_settings(plan, spec, transactional), **(fixed or {}), **ctx.connection, **QUIET}
 
 
 def timed(value: dict, seconds: float) -> dict:
@@ -298,9 +310,8 @@ class TxnProducer(Client):
     def _ensure(self) -> bool:
         if self.producer is not None:
             return True
-        config = _producer_config(self.ctx, self.plan, self.spec,
-                                  {"transaction.timeout.ms": TXN_TIMEOUT_MS},
-                                  {"transactional.id": self.tid})
+        config = _producer_config(self.ctx, self.plan, self.spec, transactional=True,
+                                  fixed={"transactional.id": self.tid})
         self.txn_timeout_ms = int(config["transaction.timeout.ms"])
         producer = Producer(config)
         try:
@@ -425,7 +436,6 @@ class TopicConsumer(Client):
     def __init__(self, *a, topic: str | None = None, final: bool = False,
                  subscribe: bool = False):
         super().__init__(*a)
-        from onceproof.workloads.plan import DEFAULT_CONSUMER
         self.topic = topic or self.topic
         self.final = final
         self.subscribed = subscribe
@@ -434,7 +444,7 @@ class TopicConsumer(Client):
         self._poll: tuple[int, str | None, dict] | None = None
         self.revoked: set[int] = set()
         self.group = self.ctx.group(self.spec.get("group", self.cid))
-        config = {**DEFAULT_CONSUMER, **self.plan.get("consumer", {}), **self.spec.get("config", {})}
+        config = consumer_settings(self.plan, self.spec)
         self.isolation = config["isolation.level"]
         self.consumer = Consumer({**PREFETCH, **config, **self.ctx.connection,
                                   "group.id": self.group, "enable.auto.commit": False,

@@ -23,12 +23,13 @@ from onceproof.run.clients import (
     HANG_GRACE,
     OP_TIMEOUT,
     START_TIMEOUT,
-    TXN_TIMEOUT_MS,
     RunContext,
+    consumer_settings,
+    producer_settings,
 )
 from onceproof.run.host import HostedClient
 from onceproof.workloads.ops import TRANSACTIONAL
-from onceproof.workloads.plan import DEFAULT_CONSUMER, DEFAULT_PIPELINE, DEFAULT_PRODUCER, read_topic
+from onceproof.workloads.plan import DEFAULT_PIPELINE, read_topic
 from onceproof.workloads.settings import setting_text
 
 # librdkafka's name -> the Java client's, for settings whose names differ.
@@ -55,12 +56,13 @@ def unknown_settings(plan: dict, cid: str, dist: JavaClientDist) -> list[str]:
 def settings(cid: str, spec: dict, plan: dict, ctx: RunContext) -> dict:
     """Everything the agent needs to make a plan client, worked out here, so each default
     has one definition (run/clients.py, workloads/plan.py)."""
-    producer = {**DEFAULT_PRODUCER, "max.block.ms": round(OP_TIMEOUT * 1000),
-                **({"transaction.timeout.ms": TXN_TIMEOUT_MS} if spec["role"] in TRANSACTIONAL else {}),
-                **plan.get("producer", {}), **spec.get("config", {})}
-    consumer = {**DEFAULT_CONSUMER, **plan.get("consumer", {}), **spec.get("config", {})}
+    # max.block.ms bounds the Java client's own waits (metadata, buffer, init), which
+    # librdkafka bounds per call instead.
+    producer = {"max.block.ms": round(OP_TIMEOUT * 1000),
+                **producer_settings(plan, spec, spec["role"] in TRANSACTIONAL)}
+    consumer = consumer_settings(plan, spec)
     # A transactional client's own reader reads committed data, whatever its config says.
-    reader = {**DEFAULT_CONSUMER, **plan.get("consumer", {}), "isolation.level": "read_committed"}
+    reader = {**consumer_settings(plan, {}), "isolation.level": "read_committed"}
     read = read_topic(plan, spec)
     return {"topic": spec.get("topic") or next(iter(plan["topics"])), "tid": ctx.tid(cid),
             "group": ctx.group(spec.get("group", cid)),
