@@ -62,7 +62,7 @@ def harness_processes(proc: psutil.Process) -> list[psutil.Process]:
     found = [proc]
     for child in proc.children(recursive=True):
         try:
-            if child.name().startswith("python") or "OnceproofAgent" in child.cmdline():
+            if child.name().startswith(("python", "onceproof")) or "OnceproofAgent" in child.cmdline():
                 found.append(child)
         except psutil.Error:
             pass

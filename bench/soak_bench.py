@@ -89,15 +89,21 @@ class Samples:
         self._stop = threading.Event()
 
     def _take(self) -> None:
-        pss, n = 0, 0
+        by_name: Counter[str] = Counter()
+        n = 0
         for p in harness_processes(self.proc):
             try:
-                pss += p.memory_full_info().pss
+                # A client process is named for its plan client (run/host.py), and a
+                # replacement takes its name, so each name is one client's series.
+                # (A replacement's process name adds ".N", cut short at 15 bytes.)
+                name = "harness" if p.pid == self.proc.pid else p.name().split(".")[0]
+                by_name[name] += p.memory_full_info().pss
                 n += 1
             except psutil.Error:  # it ended meanwhile
                 pass
         row = {"t": round(time.monotonic() - self.started, 1),
-               "pss_mib": pss / MIB, "processes": n,
+               "pss_mib": sum(by_name.values()) / MIB, "processes": n,
+               "pss_by_process_mib": {k: round(v / MIB, 1) for k, v in by_name.items()},
                "rss_mib": self.proc.memory_info().rss / MIB, "threads": self.proc.num_threads(),
                "thread_names": thread_names()}
         if self.mallinfo is not None:
@@ -128,7 +134,7 @@ def growth(rows: list[dict], after: float, key: str = "rss_mib") -> dict:
     """The peak of `key` from after+60 s on, against its median over [after, after+60)."""
     base = [r[key] for r in rows if after <= r["t"] < after + 60]
     later = [r[key] for r in rows if r["t"] >= after + 60]
-    if not base or not later:
+    if not base or not later or not statistics.median(base):
         return {"base": None, "peak": None, "end": None, "percent": None}
     b = statistics.median(base)
     return {"base": round(b, 1), "peak": round(max(later), 1), "end": round(later[-1], 1),
@@ -220,6 +226,16 @@ def main(duration, every, after, max_growth, workload, kinds, seed, out) -> None
                   f"growth {pss['percent']}% (target <= {max_growth:g}%)")
     console.print(f"the harness process's own RSS: median {rss['base']} MiB, peak {rss['peak']} "
                   f"MiB, growth {rss['percent']}%")
+    by_process = Table("process", "median MiB, first minute counted", "peak MiB", "last MiB",
+                       "growth %", title="PSS by process, most grown first")
+    names = {k for r in samples.rows for k in r["pss_by_process_mib"]}
+    grown = {k: growth([{"t": r["t"], k: r["pss_by_process_mib"].get(k, 0.0)} for r in samples.rows],
+                       after, k) for k in names}
+    figures["pss_growth_by_process"] = grown
+    (out / "soak_bench.json").write_text(json.dumps(figures, indent=1))
+    for k, g in sorted(grown.items(), key=lambda kv: -((kv[1]["peak"] or 0) - (kv[1]["base"] or 0))):
+        by_process.add_row(k, *(str(g[f]) for f in ("base", "peak", "end", "percent")))
+    console.print(by_process)
     console.print(f"client processes replaced: {dict(replaced) or 'none'}; after the run: "
                   f"{abandoned} calls left blocked in the harness process, "
                   f"{figures['librdkafka_instances_after_run']} librdkafka instances alive in it")

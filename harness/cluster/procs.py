@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 
+_PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-spawner")
@@ -40,6 +41,12 @@ def die_with_parent() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def name_process(name: str) -> None:
+    """Name this process as ps, top and /proc show it (15 bytes at most), so a process
+    forked without exec says which one it is rather than "python"."""
+    _libc.prctl(_PR_SET_NAME, name.encode()[:15])
 
 
 def spawn(argv: list[str], log: Path, owned: bool = True, env: dict | None = None) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from onceproof.checkers.memory import for_running, trim
-from onceproof.cluster.procs import die_with_parent
+from onceproof.cluster.procs import die_with_parent, name_process
 from onceproof.run import clients
 from onceproof.run.clients import CLIENTS, HANG_GRACE, OP_TIMEOUT, PROCESSES, RunContext
 
@@ -282,6 +282,7 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
     """A host's life: make the client, then carry out the harness's requests, each
     lane's in a thread of its own, until the harness ends the process."""
     die_with_parent()
+    name_process(f"onceproof {process}")
     for_running()  # before the client's threads: see checkers/memory.py
     forward = Forwarder(conn)
     made: dict[str, Any] = {}
