@@ -95,7 +95,9 @@ REGISTRY: tuple[Anomaly, ...] = (
     # What each offset holds (log_values)
     _a("duplicate", "log_values", """
        One written value observed (by a read or a send's ack) at two or more distinct
-       offsets of a partition. Each write appends its value once.""",
+       offsets of a partition. Each write appends its value once. Not judged in an output
+       topic of an application the history declares (streams), whose writes it does not
+       hold.""",
        _w(**_AT, op="the observation at the second offset", offset="the second offset",
           value="", txn="the observing op's transaction", detail="every offset"),
        roles={"writer": "the send of the value",
@@ -111,7 +113,8 @@ REGISTRY: tuple[Anomaly, ...] = (
               "writer": "the send of each value observed there, when one wrote it"}),
     _a("unattributed_read", "log_values", """
        A poll returned a value that no send in the history wrote to that partition: no
-       send wrote it, or one wrote it to another partition.""",
+       send wrote it, or one wrote it to another partition. Not judged in an output topic
+       of an application the history declares (streams), whose writes it does not hold.""",
        _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail=""),
        roles={"reader": "the poll",
               "writer": "the send that wrote the value to another partition, when one did"}),
@@ -363,6 +366,48 @@ REGISTRY: tuple[Anomaly, ...] = (
               "commit": "the commit_txn of the send_offsets' transaction (the one that completed "
                         "ok, else those that may have committed it)",
               "input writer": "the send of the input"}),
+    # A Kafka Streams application, judged from its topics alone (streams)
+    _a("streams_duplicate_output", "streams", """
+       One input value is the source of two or more outputs, visible to read_committed
+       readers, in the output topic of an application the history declares (a streams
+       op) and whose own reads and writes it does not hold: the application processed
+       the input twice, and both results were committed.""",
+       _w(**_AT, op="the final poll that read the second output", offset="the second output's",
+          value="the input's", txn="", detail="every output of that input"),
+       roles={"output reader": "the final poll that read each output (`op` reads the second)",
+              "application": "the application's first streams op"}),
+    _a("streams_lost_input", "streams", """
+       An input record, visible to read_committed readers, below the offset that an
+       application's group had committed in its partition at the end (as the final
+       streams op fetched them), that no visible output of that application names as its
+       source. Assumes each input yields an output.""",
+       _w(**_AT, op="the final streams op, which fetched the group's offsets",
+          offset="the input's",
+          value="the input's", txn="", detail="the offset committed past it"),
+       roles={"fetch": "the final streams op, which fetched the offsets of the application's "
+                       "group",
+              "input reader": "the final poll that read the input",
+              "application": "the application's first streams op"}),
+    _a("streams_uncommitted_input", "streams", """
+       An output, visible to read_committed readers in an application's output topic,
+       whose source is no record visible to read_committed readers of its input topic:
+       the application processed a record of an aborted transaction, or one no log
+       holds.""",
+       _w(**_AT, op="the final poll that read the output", offset="the output's",
+          value="the input it names", txn="", detail=""),
+       roles={"output reader": "the final poll that read the output",
+              "application": "the application's first streams op"}),
+    _a("wrong_fold", "streams", """
+       An output of an application with the fold topology whose count and sum (both mod
+       2^16) are not those of exactly the records visible to read_committed readers in
+       its source's input partition up to and including its source, each once: the
+       state it folded into lost an input, counted one twice, or was rolled back without
+       its outputs.""",
+       _w(**_AT, op="the final poll that read the output", offset="the output's",
+          value="the input it names", txn="", detail="the count and sum it has and should have"),
+       roles={"output reader": "the final poll that read the output",
+              "input reader": "the final poll that read its input",
+              "application": "the application's first streams op"}),
     # Stalls (liveness)
     _a("late_return", "liveness", """
        A client call given a timeout returned more than 5 s after that timeout, or had not

@@ -30,11 +30,13 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "kept_ok": (("assign",), "ok", "kept"),
     "started": (("assign",), "ok", "partitions"),
     "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
-    "fetched": (("fetch_offsets",), "ok", "offsets"),
+    # A final streams op fetched an application's committed offsets (checkers/streams.py).
+    "fetched": (("fetch_offsets", "streams"), "ok", "offsets"),
     "watermarks": (("watermarks",), "ok", "partitions"),
 }
 _VALUE = EVENT.field("value").type
-_SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms", "txn_timeout_ms")
+_SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms", "txn_timeout_ms", "input", "output",
+                  "topology")
 # One row per event: its top-level fields, the scalars of its value, and for a send's
 # invoke the number of records it asks to write.
 SCALARS = pa.schema([f for f in EVENT if f.name != "value"]

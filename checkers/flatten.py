@@ -106,6 +106,8 @@ def _ops(events: pa.Table) -> pa.Table:
         "group": inv.column("group"), "tid": inv.column("tid"),
         "n_records": pc.fill_null(inv.column("n_records"), 0),
         "timeout_ms": inv.column("timeout_ms"), "txn_timeout_ms": inv.column("txn_timeout_ms"),
+        "input": inv.column("input"), "output": inv.column("output"),
+        "topology": inv.column("topology"),
     }
     return pa.table(cols).cast(SCHEMAS["ops"])
 
@@ -342,7 +344,7 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
     ok, fail = equal_to(cols["type"], "ok"), equal_to(cols["type"], "fail")
     sends = equal_to(cols["f"], "send_offsets")
     cols["outcome"] = pc.case_when(
-        pc.make_struct(equal_to(cols["f"], "fetch_offsets"),
+        pc.make_struct(pc.or_(equal_to(cols["f"], "fetch_offsets"), equal_to(cols["f"], "streams")),
                        pc.and_(sends, pc.or_(fail, equal_to(tx["outcome"], ABORTED))),
                        pc.and_(sends, pc.and_(ok, equal_to(tx["outcome"], COMMITTED))),
                        sends, ok, fail),

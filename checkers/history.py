@@ -46,7 +46,7 @@ COMPLETIONS = ("ok", "fail", "info")
 # The kinds of a client's op (docs/history.md, "Operation kinds"): an op of another
 # kind would be read as nothing, its records unjudged. The nemesis's are free.
 OP_KINDS = ("send", "poll", "seek", "assign", "commit_offsets", "fetch_offsets",
-            "begin_txn", "send_offsets", "commit_txn", "abort_txn", "watermarks")
+            "begin_txn", "send_offsets", "commit_txn", "abort_txn", "watermarks", "streams")
 NEMESIS = "nemesis"
 # The nemesis's first op: the cluster the run had (Kafka version, nodes, broker settings).
 CLUSTER = "cluster"
@@ -72,6 +72,9 @@ VALUE = pa.struct([
     ("positions", pa.list_(POSITION)), ("partitions", pa.list_(PARTITION)),
     ("offsets", pa.list_(POSITION)), ("timeout_ms", I), ("kept", pa.list_(PARTITION)),
     ("txn_timeout_ms", I),
+    # A streams op's declaration: the application's input and output topics, and what
+    # it computes (checkers/streams.py).
+    ("input", S), ("output", S), ("topology", S),
 ])
 EVENT = pa.schema([
     ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),

@@ -41,6 +41,8 @@ TYPES = of_family("liveness")
 LATE_MS = 5_000
 OPS_COLUMNS = ["op", "process", "f", "type", "txn", "invoke_time", "complete_time",
                "timeout_ms", "error", "final", "group"]
+# The final fetches of groups' offsets: of consumer groups, and of streams applications'.
+_FETCHES = pa.array(["fetch_offsets", "streams"])
 # The columns that say which ops are judged, read first: the rest only when some are.
 _JUDGED_BY = ["timeout_ms", "final", "f"]
 
@@ -54,7 +56,7 @@ def from_ops(read: Callable[[list[str]], pa.Table]) -> pd.DataFrame:
     of a history with none, only the three columns that say so are read."""
     which = read(_JUDGED_BY)
     judged = pc.or_(pc.is_valid(which["timeout_ms"]),
-                    pc.fill_null(pc.and_(which["final"], pc.equal(which["f"], "fetch_offsets")),
+                    pc.fill_null(pc.and_(which["final"], pc.is_in(which["f"], _FETCHES)),
                                  False))
     if not pc.any(judged).as_py():
         return pd.DataFrame()
@@ -69,7 +71,7 @@ def _unreadable(ops: pd.DataFrame) -> list[dict]:
     """unreadable_offsets: the harness's final fetch of a group's committed offsets
     (run/execute.py, read_committed, retried until its bound) did not complete ok."""
     final = ops["final"].fillna(False).astype(bool)
-    stuck = ops[final & (ops["f"] == "fetch_offsets") & (ops["type"] != "ok")]
+    stuck = ops[final & ops["f"].isin(_FETCHES.to_pylist()) & (ops["type"] != "ok")]
     return [{"type": "unreadable_offsets", "severity": LIVENESS, "process": r["process"],
              "op": int(r["op"]), "witnesses": witnesses((r["op"], "fetch")),
              "detail": f"group {r['group']}'s committed offsets could not be read at the end "

@@ -16,6 +16,9 @@ from .partlog import PartitionLog, each_row, equals, first_of_each
 from .tables import FAILED
 
 TYPES = of_family("log_values")
+HELD = "log_values_held"
+FACTS = (HELD,)
+OPS_COLUMNS = ("f", "output")
 
 
 def observations(pl: PartitionLog) -> pd.DataFrame:
@@ -126,7 +129,24 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     # observation: found once for both.
     obs = observations(pl)
     obs = obs[first_of_each(obs["offset"].to_numpy(), obs["value"].to_numpy())]
-    return [engine.anomalies(duplicates(pl, obs) + inconsistent(pl, obs) + unattributed(pl))]
+    # A value's writer matters to these two: held back until the finisher knows which
+    # topics an application writes (below).
+    held = duplicates(pl, obs) + unattributed(pl)
+    return [engine.anomalies(inconsistent(pl, obs)),
+            engine.facts(HELD, engine.anomalies(held).drop(columns="row")) if held else engine.anomalies([])]
+
+
+def finish(facts: pd.DataFrame, read) -> pd.DataFrame:
+    """The held rows, but those in an output topic of an application the history
+    declares (a streams op): its writes are not in the history, so each of its values
+    is unattributed, and two outputs alike are the same value twice
+    (checkers/streams.py judges them)."""
+    if facts.empty:
+        return engine.anomalies([])
+    ops = read(list(OPS_COLUMNS))
+    outputs = set(ops.loc[(ops["f"] == "streams").to_numpy(dtype=bool), "output"].dropna())
+    kept = facts[~facts["topic"].isin(outputs).to_numpy(dtype=bool)]
+    return kept.drop(columns="row").assign(row=engine.ANOMALY)
 
 
 def find(tables):

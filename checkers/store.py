@@ -23,7 +23,7 @@ from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 7
+FORMAT = 8  # 8: the ops table names a streams op's input, output and topology
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
 T = TypeVar("T")
 

@@ -29,12 +29,14 @@ from . import (
     loss,
     ordering,
     pipeline,
+    streams,
 )
 from .store import Tables, convert, convert_each, is_converted, read_parquet
 
 # `valid` in a verdict's JSON when the history held nothing to judge.
 UNKNOWN = "unknown"
-FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, liveness)
+FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, streams,
+            liveness)
 
 
 @dataclass

@@ -205,7 +205,8 @@ ROLE_OPS: dict[str, set[str]] = {
     "W1 end": {"commit_txn", "send"},
     "lower commit": _COMMITS, "committed offset": _COMMITS, "earlier commit": _COMMITS,
     "latest commit": _COMMITS,
-    "fetch": {"fetch_offsets"}, "send_offsets": {"send_offsets"},
+    "fetch": {"fetch_offsets", "streams"}, "send_offsets": {"send_offsets"},
+    "output reader": _POLL, "input reader": _POLL, "application": {"streams"},
 }
 
 

@@ -60,7 +60,7 @@ def test_the_registry_module_needs_no_spark():
         spec = importlib.util.spec_from_file_location("registry", {str(ROOT / "checkers" / "anomaly.py")!r})
         sys.modules["registry"] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        assert len(module.TYPES) == 24
+        assert len(module.TYPES) == 28
         assert "pyspark" not in sys.modules
     """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -26,10 +26,12 @@ ROLES = {
     "consumer": {"poll", "seek", "commit_offsets", "fetch_offsets"},
     "pipeline": {"process"},
     "rw_txn": {"begin", "send", "poll", "commit", "abort"},
+    # A Kafka Streams application: it runs by itself; its op looks at it (run/jvm.py).
+    "streams": {"observe"},
 }
 # Roles whose client has a transactional id, and roles whose client reads in a group.
 TRANSACTIONAL = frozenset({"txn_producer", "pipeline", "rw_txn"})
-GROUPED = frozenset({"consumer", "pipeline", "rw_txn"})
+GROUPED = frozenset({"consumer", "pipeline", "rw_txn", "streams"})
 SEEK_TO = ("beginning", "committed", "offset")
 # What a mix may set (docs/plans.md).
 MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
@@ -138,6 +140,8 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
         elif choose.integer(0, 99) < mix.get("crash_percent", 0):
             op["crash"] = True
         return op
+    if role == "streams":
+        return {"f": "observe"}
     return None
 
 

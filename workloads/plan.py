@@ -30,6 +30,11 @@ DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
 # Most threads one producer client may run (a client spec's `threads`).
 MAX_THREADS = 16
 DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True, "subscribe": False}
+# A streams client's application (docs/plans.md): its processing guarantee, what it
+# computes, and settings for Kafka Streams over the harness's (run/jvm.py).
+GUARANTEES = ("exactly_once_v2", "at_least_once")
+TOPOLOGIES = ("map", "fold")
+DEFAULT_STREAMS = {"guarantee": "exactly_once_v2", "topology": "fold", "config": {}}
 # The client libraries a plan client may run on (its "client"; librdkafka unless it says).
 LIBRDKAFKA, JAVA = "librdkafka", "java"
 CLIENT_LIBRARIES = (LIBRDKAFKA, JAVA)
@@ -104,8 +109,10 @@ def validate(plan) -> None:
         for key in ("topic", "input", "output"):
             if key in client and client[key] not in topics:
                 bad(f"clients.{cid}.{key}", f"names no topic in plan.topics: {client[key]!r}")
-        if client["role"] == "pipeline" and not {"input", "output"} <= set(client):
-            bad(f"clients.{cid}", "a pipeline needs \"input\" and \"output\" topics")
+        if client["role"] in ("pipeline", "streams") and not {"input", "output"} <= set(client):
+            bad(f"clients.{cid}", f"a {client['role']} client needs \"input\" and \"output\" topics")
+        if client["role"] == "streams":
+            _validate_streams(cid, client, bad)
         settings = client.get("pipeline", {})
         if (not isinstance(settings, dict) or not set(settings) <= set(DEFAULT_PIPELINE)
                 or not all(isinstance(v, bool) for v in settings.values())):
@@ -141,9 +148,32 @@ def validate(plan) -> None:
         _validate_steps(plan, bad)
 
 
+def _validate_streams(cid: str, client: dict, bad) -> None:
+    app = client.get("streams", {})
+    if not isinstance(app, dict) or not set(app) <= set(DEFAULT_STREAMS):
+        bad(f"clients.{cid}.streams", f"maps any of {', '.join(DEFAULT_STREAMS)}")
+    for key, allowed in (("guarantee", GUARANTEES), ("topology", TOPOLOGIES)):
+        if app.get(key, DEFAULT_STREAMS[key]) not in allowed:
+            bad(f"clients.{cid}.streams.{key}", f"must be one of {', '.join(allowed)}")
+    if (problem := settings_problem(app.get("config", {}))):
+        bad(f"clients.{cid}.streams.config", problem)
+    if client.get("client", JAVA) != JAVA:
+        bad(f"clients.{cid}.client", "a streams client runs Kafka Streams, on the Java client: "
+            "drop \"client\" or make it \"java\"")
+    if "partitions" in client:
+        bad(f"clients.{cid}.partitions", "a streams application's partitions are its group's "
+            "to assign: drop \"partitions\"")
+
+
+def library_of(client: dict) -> str:
+    """The client library a plan client runs on: a streams client runs Kafka Streams,
+    which is Java."""
+    return client.get("client", JAVA if client["role"] == "streams" else LIBRDKAFKA)
+
+
 def libraries(plan: dict) -> set[str]:
     """The client libraries a plan's clients run on."""
-    return {c.get("client", LIBRDKAFKA) for c in plan["clients"].values()}
+    return {library_of(c) for c in plan["clients"].values()}
 
 
 def on_client(plan: dict, library: str | None = None, java_version: str | None = None) -> dict:
@@ -157,7 +187,8 @@ def on_client(plan: dict, library: str | None = None, java_version: str | None =
                         "release like 3.8.0 (--java-client-version)")
     out = dict(plan)
     if library is not None:
-        out["clients"] = {cid: {"client": library, **c} for cid, c in plan["clients"].items()}
+        out["clients"] = {cid: {"client": library if c["role"] != "streams" else JAVA, **c}
+                          for cid, c in plan["clients"].items()}
     if java_version is not None:
         out["java_client"] = java_version
     validate(out)

@@ -160,9 +160,9 @@ def ensure_java_client(version: str) -> JavaClientDist:
     """kafka-clients `version` from Maven Central, and the agent built against it (javac),
     cached per version and per agent source: a changed agent is built again."""
     import hashlib
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version) or tuple(map(int, version.split("."))) < (2, 5, 0):
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version) or tuple(map(int, version.split("."))) < (3, 3, 0):
         raise SetupError(f"unknown Java client version {version!r}: use a kafka-clients release "
-                         "from 2.5.0 on, such as 4.4.0 or 3.8.0 (--java-client-version)")
+                         "from 3.3.0 on, such as 4.4.0 or 3.8.0 (--java-client-version)")
     source = AGENT_SOURCE.read_bytes()
     home = cache_dir() / "java-client" / version / hashlib.sha256(source).hexdigest()[:12]
     dist = JavaClientDist(version, home)
@@ -171,7 +171,10 @@ def ensure_java_client(version: str) -> JavaClientDist:
     _need("javac", "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jdk-headless)")
     mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
     home.mkdir(parents=True, exist_ok=True)
-    deps = [("org.apache.kafka", "kafka-clients", version), *_JAVA_CLIENT_EXTRA]
+    # Kafka Streams of the same release, for the `streams` role (its RocksDB comes
+    # along, though the agent's stores are in memory).
+    deps = [("org.apache.kafka", "kafka-clients", version),
+            ("org.apache.kafka", "kafka-streams", version), *_JAVA_CLIENT_EXTRA]
     body = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
                    f"<version>{v}</version></dependency>" for g, a, v in deps)
     (home / "pom.xml").write_text(

@@ -42,12 +42,14 @@ from onceproof.run.outcomes import describe, error_of
 from onceproof.workloads import faults
 from onceproof.workloads.ops import GROUPED
 from onceproof.workloads.plan import (
+    DEFAULT_STREAMS,
     JAVA,
     LIBRDKAFKA,
     PlanError,
     concurrent,
     fault_steps,
     libraries,
+    library_of,
     read_topic,
     validate,
 )
@@ -133,7 +135,7 @@ def java_client(plan: dict, cluster: AnyCluster) -> JavaClientDist | None:
                         "the Java client's with --java-client-version (plan java_client)")
     dist = ensure_java_client(version)
     for cid, spec in plan["clients"].items():
-        if spec.get("client") == JAVA and (unknown := unknown_settings(plan, cid, dist)):
+        if library_of(spec) == JAVA and (unknown := unknown_settings(plan, cid, dist)):
             raise PlanError(f"plan clients.{cid}: the Java client {version} knows no setting "
                             f"{', '.join(unknown)} (a librdkafka name?); drop it or run the client "
                             "on librdkafka")
@@ -311,6 +313,16 @@ def _groups(plan: dict) -> dict[str, set[str]]:
     return groups
 
 
+def _application(plan: dict, group: str) -> dict | None:
+    """What a streams client of consumer group `group` declares, or None: its input and
+    output topics and topology."""
+    for cid, spec in plan["clients"].items():
+        if spec["role"] == "streams" and spec.get("group", cid) == group:
+            app = {**DEFAULT_STREAMS, **spec.get("streams", {})}
+            return {"input": spec["input"], "output": spec["output"], "topology": app["topology"]}
+    return None
+
+
 def _longest_txn_timeout(plan: dict) -> float:
     """Seconds: the longest transaction timeout any client of the plan runs with."""
     configs = [plan.get("producer", {})] + [c.get("config", {}) for c in plan["clients"].values()]
@@ -330,9 +342,12 @@ def _final_offsets(ctx: RunContext, plan: dict) -> None:
         consumer = Consumer({**ctx.connection, "group.id": group,
                              "isolation.level": "read_committed", "enable.auto.commit": False,
                              **QUIET})
-        h = ctx.writer.invoke("final", "fetch_offsets", {"group": group, "partitions": asked,
-                                                         "timeout_ms": int(bound * 1000)},
-                              final=True)
+        # A streams application's commits are not in the history: its offsets are
+        # recorded as a streams op (checkers/streams.py), which declares it again.
+        app = _application(plan, name)
+        h = ctx.writer.invoke("final", "fetch_offsets" if app is None else "streams",
+                              {"group": group, "partitions": asked,
+                               "timeout_ms": int(bound * 1000), **(app or {})}, final=True)
         deadline = time.monotonic() + bound
         try:
             while True:

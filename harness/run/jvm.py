@@ -29,7 +29,7 @@ from onceproof.run.clients import (
 )
 from onceproof.run.host import HostedClient
 from onceproof.workloads.ops import TRANSACTIONAL
-from onceproof.workloads.plan import DEFAULT_PIPELINE, read_topic
+from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, read_topic
 from onceproof.workloads.settings import setting_text
 
 # librdkafka's name -> the Java client's, for settings whose names differ.
@@ -50,7 +50,28 @@ def unknown_settings(plan: dict, cid: str, dist: JavaClientDist) -> list[str]:
     known = set(names["producer"]) | set(names["consumer"])
     spec = plan["clients"][cid]
     given = {**plan.get("producer", {}), **plan.get("consumer", {}), **spec.get("config", {})}
-    return sorted(k for k in given if JAVA_NAMES.get(k, k) not in known)
+    unknown = [k for k in given if JAVA_NAMES.get(k, k) not in known]
+    if spec["role"] == "streams":
+        # Kafka Streams' own settings, and its clients', which it hands them as they
+        # are or under their prefixes.
+        app = set(names.get("streams", ())) | known
+        prefixed = [(f"{role}.", known) for role in ("producer", "consumer", "main.consumer",
+                                                     "restore.consumer", "global.consumer")]
+        unknown += [k for k in spec.get("streams", {}).get("config", {})
+                    if k not in app and not any(k.startswith(pre) and k[len(pre):] in names_
+                                                for pre, names_ in prefixed)]
+    return sorted(unknown)
+
+
+def streams_settings(spec: dict) -> dict:
+    """A streams client's application: what it reads, computes and writes, and Kafka
+    Streams' settings: the processing guarantee and one stream thread (a plan scales
+    an application by its instances, each a client), under the plan's own."""
+    app = {**DEFAULT_STREAMS, **spec.get("streams", {})}
+    return {"input": spec["input"], "output": spec["output"], "topology": app["topology"],
+            "guarantee": app["guarantee"],
+            "config": java_config({"processing.guarantee": app["guarantee"],
+                                   "num.stream.threads": 1, **app["config"]})}
 
 
 def settings(cid: str, spec: dict, plan: dict, ctx: RunContext) -> dict:
@@ -70,7 +91,8 @@ def settings(cid: str, spec: dict, plan: dict, ctx: RunContext) -> dict:
             "producer": java_config(producer), "consumer": java_config(consumer),
             "reader": java_config(reader),
             "pipeline": {**DEFAULT_PIPELINE, **spec.get("pipeline", {})},
-            "mix": plan.get("mix", {})}
+            "mix": plan.get("mix", {}),
+            **({"streams": streams_settings(spec)} if spec["role"] == "streams" else {})}
 
 
 class _Lines:

@@ -70,6 +70,17 @@ import org.apache.kafka.common.errors.SerializationException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 
 public final class OnceproofAgent {
     static final ObjectMapper JSON = new ObjectMapper();
@@ -1022,7 +1033,96 @@ public final class OnceproofAgent {
         }
     }
 
-    static Client make(String cid, Map<String, Object> spec, Ctx ctx, String process) {
+    /** A Kafka Streams application instance (role `streams`): reads its input topic and
+     * writes one output per input to its output topic, with the guarantee the plan names.
+     *
+     * Its own reads, writes and commits happen inside Streams, unseen: the history gets
+     * only its `streams` ops (what it declares, its state and tasks), and the checks
+     * judge it from its input and output topics (checkers/streams.py). So each output
+     * names its input in its value: the input's value shifted left 32 bits, and, for
+     * the `fold` topology, in the low 32 bits the count (high 16) and sum (low 16) of
+     * the values of its input partition folded so far, both mod 2^16, kept in a state
+     * store with a changelog (in memory: restored from the changelog on each start). */
+    static final class StreamsApp extends Client {
+        static final String STORE = "fold";
+        final KafkaStreams streams;
+        final Map<String, Object> declared;
+
+        @SuppressWarnings("unchecked")
+        StreamsApp(String cid, Map<String, Object> spec, Ctx ctx, String process) throws Exception {
+            super(cid, spec, ctx, process);
+            Map<String, Object> app = (Map<String, Object>) settings.get("streams");
+            String input = (String) app.get("input"), output = (String) app.get("output");
+            String topology = (String) app.get("topology");
+            declared = map("group", settings.get("group"), "input", input, "output", output,
+                    "topology", topology, "guarantee", app.get("guarantee"));
+            StreamsBuilder builder = new StreamsBuilder();
+            KStream<String, String> in = builder.stream(ctx.topic(input));
+            KStream<String, String> out;
+            if (topology.equals("fold")) {
+                builder.addStateStore(Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(STORE),
+                        Serdes.Integer(), Serdes.Long()));
+                out = in.processValues(Fold::new, STORE);
+            } else {
+                out = in.mapValues(v -> String.valueOf(Long.parseLong(v) << 32));
+            }
+            out.to(ctx.topic(output));
+            Properties p = props(ctx.connection, (Map<String, Object>) app.get("config"),
+                    StreamsConfig.APPLICATION_ID_CONFIG, settings.get("group"),
+                    StreamsConfig.STATE_DIR_CONFIG,
+                    java.nio.file.Files.createTempDirectory("onceproof-streams-").toString(),
+                    StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName(),
+                    StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName());
+            streams = new KafkaStreams(builder.build(), p);
+            // A stream thread that dies of an error (a timeout under a fault) is replaced,
+            // as a service would restart it, rather than ending the application.
+            streams.setUncaughtExceptionHandler(e -> StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD);
+            streams.start();
+        }
+
+        /** An `observe` op: the application's state and the input partitions it holds. */
+        void run(Map<String, Object> op, int lane) throws Exception {
+            long h = w.invoke(process, "streams", declared, null, false);
+            Thread.sleep((long) (number(op, "wait", 1.0) * 1000));
+            List<Map<String, Object>> parts = new ArrayList<>();
+            try {
+                streams.metadataForLocalThreads().forEach(t -> t.activeTasks().forEach(task ->
+                        task.topicPartitions().forEach(tp -> parts.add(
+                                map("topic", ctx.planTopic(tp.topic()), "partition", tp.partition())))));
+            } catch (IllegalStateException e) {  // not running: no tasks to name
+            }
+            w.ok(h, map("state", streams.state().toString(), "partitions", parts));
+        }
+
+        void close() { streams.close(Duration.ofSeconds((long) opTimeout)); }
+    }
+
+    /** The fold: per input partition, the count and sum of the values so far. */
+    static final class Fold implements FixedKeyProcessor<String, String, String> {
+        private FixedKeyProcessorContext<String, String> context;
+        private KeyValueStore<Integer, Long> store;
+
+        @Override
+        public void init(FixedKeyProcessorContext<String, String> context) {
+            this.context = context;
+            this.store = context.getStateStore(StreamsApp.STORE);
+        }
+
+        @Override
+        public void process(FixedKeyRecord<String, String> r) {
+            int partition = context.recordMetadata().map(m -> m.partition()).orElse(-1);
+            long value = Long.parseLong(r.value());
+            Long before = store.get(partition);
+            long was = before == null ? 0 : before;
+            long count = ((was >>> 16) + 1) & 0xFFFF;
+            long sum = ((was & 0xFFFF) + value) & 0xFFFF;
+            long folded = count << 16 | sum;
+            store.put(partition, folded);
+            context.forward(r.withValue(String.valueOf(value << 32 | folded)));
+        }
+    }
+
+    static Client make(String cid, Map<String, Object> spec, Ctx ctx, String process) throws Exception {
         @SuppressWarnings("unchecked")
         Map<String, Object> settings = (Map<String, Object>) spec.get("java");
         return switch ((String) spec.get("role")) {
@@ -1032,6 +1132,7 @@ public final class OnceproofAgent {
                     Boolean.TRUE.equals(settings.get("subscribe")));
             case "pipeline" -> new Pipeline(cid, spec, ctx, process);
             case "rw_txn" -> new ReadWriteTxn(cid, spec, ctx, process);
+            case "streams" -> new StreamsApp(cid, spec, ctx, process);
             default -> throw new IllegalArgumentException("no role " + spec.get("role"));
         };
     }
@@ -1060,7 +1161,8 @@ public final class OnceproofAgent {
         if (args.length > 0 && args[0].equals("--config-names")) {
             System.out.println(JSON.writeValueAsString(map(
                     "producer", new java.util.TreeSet<>(ProducerConfig.configNames()),
-                    "consumer", new java.util.TreeSet<>(ConsumerConfig.configNames()))));
+                    "consumer", new java.util.TreeSet<>(ConsumerConfig.configNames()),
+                    "streams", new java.util.TreeSet<>(StreamsConfig.configDef().names()))));
             return;
         }
         // The wire is stdout; anything a library prints goes to stderr.

@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from onceproof.checkers.streams import packed
+
 from .model import (
     ABORTED,
     COMMITTED,
@@ -437,6 +439,62 @@ def _sc_lost_input(s: _Script) -> None:
     _pipe_scenario(s, lambda ins: [ins[0]], beside=True)
 
 
+def _streams_app(s: _Script, topology: str, outputs: Callable[[list[int]], list[tuple]],
+                 aborted: bool = False) -> None:
+    """Application xs (group g-xs, its reads and writes unseen: checkers/streams.py)
+    turns three committed inputs of x/0 into `outputs(inputs)`, each (source, count,
+    sum) written to xo/0 as its value packs them, by no send; `aborted`: a fourth input
+    is written by a transaction that aborts. Then the final streams op finds the
+    group's offset past every input."""
+    s.op("xs", "streams", {"group": "g-xs", "input": X_TOPIC, "output": X_OUT,
+                           "topology": topology, "guarantee": "exactly_once_v2"},
+         {"state": "RUNNING", "partitions": tp_list([_x(0)])})
+    ins = [s.val() for _ in range(3)]
+    for v in ins:
+        s.send("x0", _x(0), v, s.append(_x(0), v))
+    if aborted:
+        z = s.val()
+        s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
+        s.send("x0", _x(0), z, s.append(_x(0), z, "x0/1"), txn="x0/1")
+        s.op("x0", "abort_txn", {}, txn="x0/1")
+        s.end("x0/1", commit=False)
+        ins.append(z)
+    for source, count, total in outputs(ins):
+        s.append((X_OUT, 0), packed(source, count, total))
+    h = s.invoke("xfinal", "streams", {"group": "g-xs", "input": X_TOPIC, "output": X_OUT,
+                                       "topology": topology})
+    s.complete(h, {"group": "g-xs", "offsets": offset_list({_x(0): len(s.log(_x(0)))})})
+    for ev in s.events[-2:]:
+        ev["final"] = True
+
+
+def _folds(ins: list[int]) -> list[tuple]:
+    """Each input with the count and sum of those up to it: a correct fold."""
+    return [(v, i + 1, sum(ins[:i + 1])) for i, v in enumerate(ins)]
+
+
+def _sc_streams_duplicate_output(s: _Script) -> None:
+    _streams_app(s, "map", lambda ins: [(ins[0], 0, 0), (ins[1], 0, 0), (ins[1], 0, 0),
+                                        (ins[2], 0, 0)])
+
+
+def _sc_streams_lost_input(s: _Script) -> None:
+    _streams_app(s, "map", lambda ins: [(ins[0], 0, 0), (ins[2], 0, 0)])
+
+
+def _sc_streams_uncommitted_input(s: _Script) -> None:
+    _streams_app(s, "map", lambda ins: [(v, 0, 0) for v in ins], aborted=True)
+
+
+def _sc_wrong_fold(s: _Script) -> None:
+    # The third output counts the second input twice, as a fold whose state was saved
+    # but whose output was lost, then redone, would.
+    def outputs(ins: list[int]) -> list[tuple]:
+        right = _folds(ins)
+        return right[:2] + [(ins[2], 4, sum(ins) + ins[1])]
+    _streams_app(s, "fold", outputs)
+
+
 def _sc_unattributed_read(s: _Script) -> None:
     a, z = s.val(), s.val()  # z: no send anywhere carries it
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
@@ -512,6 +570,10 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "stale_offset_fetch": _sc_stale_offset_fetch,
     "duplicate_output": _sc_duplicate_output,
     "lost_input": _sc_lost_input,
+    "streams_duplicate_output": _sc_streams_duplicate_output,
+    "streams_lost_input": _sc_streams_lost_input,
+    "streams_uncommitted_input": _sc_streams_uncommitted_input,
+    "wrong_fold": _sc_wrong_fold,
     "late_return": _sc_late_return,
     "unrecovered_partition": _sc_unrecovered_partition,
     "unreadable_offsets": _sc_unreadable_offsets,
@@ -553,7 +615,8 @@ def _max_value(events: list[Event]) -> int:
     best = 0
     for ev in events:
         for r in (ev.get("value") or {}).get("records", ()):
-            if isinstance(r.get("value"), int):
+            # (An application's output packs its source's value: checkers/streams.py.)
+            if isinstance(r.get("value"), int) and r["value"] < 2**32:
                 best = max(best, r["value"])
     return best
 
