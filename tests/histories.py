@@ -157,6 +157,23 @@ class History:
                                             "offset": o} for p, o in offsets]}
         return self._op(process, "fetch_offsets", asked, got, type)
 
+    def streams(self, process, group, input, output, topology="map", partitions=(0,),
+                offsets=None) -> int:
+        """A Kafka Streams application's op: what it declares (its group, input and
+        output topics, topology) and the input partitions its tasks held; with
+        `offsets` ((partition, offset) pairs), the final phase's fetch of its group's
+        committed offsets instead (checkers/streams.py)."""
+        app = {"group": self._g(group), "input": input, "output": output, "topology": topology}
+        if offsets is None:
+            return self._op(process, "streams", {**app, "guarantee": "exactly_once_v2"}, {
+                "state": "RUNNING",
+                "partitions": [{"topic": input, "partition": p} for p in partitions]})
+        got = {"group": self._g(group), "offsets": [{"topic": input, "partition": p, "offset": o}
+                                                    for p, o in offsets]}
+        return self._op(process, "streams", {
+            **app, "partitions": [{"topic": input, "partition": p} for p, _ in offsets],
+            "timeout_ms": 10000}, got, final=True)
+
     def watermarks(self, process, partitions, topic=None, settled_s: float = 120) -> int:
         """partitions: (partition, low, high, lso) tuples; read `settled_s` after the op
         before (the clock jumps), as the harness settles before its final phase: long

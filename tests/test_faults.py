@@ -76,7 +76,7 @@ def test_targets_name_partitions_and_clients_of_the_plan():
         "txn_coordinator:p0": "txn_coordinator:p0 needs a client of the plan with role "
                               "pipeline or rw_txn or txn_producer, and 'p0' is a producer",
         "group_coordinator:t0": "group_coordinator:t0 needs a client of the plan with role "
-                                "consumer or pipeline or rw_txn, and 't0' is a txn_producer",
+                                "consumer or pipeline or rw_txn or streams, and 't0' is a txn_producer",
         "group_coordinator:x9": "and 'x9' is no client of the plan",
         "txn_coordinator": "pause's node must be a node id or a target",
         "leader:t": "pause's node must be a node id or a target",
