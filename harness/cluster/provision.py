@@ -158,29 +158,34 @@ class JavaClientDist:
 
 def ensure_java_client(version: str) -> JavaClientDist:
     """kafka-clients `version` from Maven Central, and the agent built against it (javac),
-    cached per version and per agent source: a changed agent is built again."""
+    cached per version, agent source and dependencies: a changed agent is built again."""
     import hashlib
     if not re.fullmatch(r"\d+\.\d+\.\d+", version) or tuple(map(int, version.split("."))) < (3, 3, 0):
         raise SetupError(f"unknown Java client version {version!r}: use a kafka-clients release "
                          "from 3.3.0 on, such as 4.4.0 or 3.8.0 (--java-client-version)")
-    source = AGENT_SOURCE.read_bytes()
-    home = cache_dir() / "java-client" / version / hashlib.sha256(source).hexdigest()[:12]
-    dist = JavaClientDist(version, home)
-    if (home / ".complete").exists():
-        return dist
-    _need("javac", "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jdk-headless)")
-    mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
-    home.mkdir(parents=True, exist_ok=True)
     # Kafka Streams of the same release, for the `streams` role (its RocksDB comes
     # along, though the agent's stores are in memory).
     deps = [("org.apache.kafka", "kafka-clients", version),
             ("org.apache.kafka", "kafka-streams", version), *_JAVA_CLIENT_EXTRA]
     body = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
                    f"<version>{v}</version></dependency>" for g, a, v in deps)
-    (home / "pom.xml").write_text(
-        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-        "<groupId>onceproof</groupId><artifactId>java-client</artifactId><version>1</version>"
-        f"<dependencies>{body}</dependencies></project>")
+    # Jackson's BOM holds its modules to one release: without it Maven takes the
+    # annotations an older kafka-streams names (3.8.0: 2.16), which databind 2.21 cannot load.
+    bom = ("<dependencyManagement><dependencies><dependency><groupId>com.fasterxml.jackson"
+           f"</groupId><artifactId>jackson-bom</artifactId><version>{JACKSON_VERSION}</version>"
+           "<type>pom</type><scope>import</scope></dependency></dependencies></dependencyManagement>")
+    pom = ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+           "<groupId>onceproof</groupId><artifactId>java-client</artifactId><version>1</version>"
+           f"{bom}<dependencies>{body}</dependencies></project>")
+    digest = hashlib.sha256(AGENT_SOURCE.read_bytes() + pom.encode()).hexdigest()[:12]
+    home = cache_dir() / "java-client" / version / digest
+    dist = JavaClientDist(version, home)
+    if (home / ".complete").exists():
+        return dist
+    _need("javac", "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jdk-headless)")
+    mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "pom.xml").write_text(pom)
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
     proc = subprocess.run(
