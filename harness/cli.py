@@ -105,9 +105,10 @@ def client_options(f):
 
 side_by_side_option = click.option(
     "--client", "clients", multiple=True,
-    help="Run every plan's clients that name no client library on this one (repeatable: "
-         "the same searches on each, a column per client; default: as the plans say, "
-         "librdkafka unless they name java).")
+    help="Run every plan's clients that name no client library on this one: librdkafka, "
+         "java, or java:RELEASE for the Java client of that kafka-clients release "
+         "(repeatable: the same searches on each, a column per client; default: as the "
+         "plans say, librdkafka unless they name java).")
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -487,9 +488,12 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
     from rich.console import Console
 
     from onceproof.search import as_row, hunt
-    from onceproof.workloads.plan import CLIENT_LIBRARIES
-    if (odd := [c for c in clients if c not in CLIENT_LIBRARIES]):
-        raise SetupError(f"unknown client {odd[0]!r}: use one of {', '.join(CLIENT_LIBRARIES)} (--client)")
+    from onceproof.workloads.plan import PlanError, client_spec
+    for client in clients:
+        try:
+            client_spec(client)
+        except PlanError as e:
+            raise SetupError(str(e)) from None
     unknown = set(only) - set(registry)
     if unknown:
         raise SetupError(f"nothing named {', '.join(sorted(unknown))} to hunt: choose from "

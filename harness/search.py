@@ -28,7 +28,7 @@ from hypothesis.errors import Flaky
 from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.external import AnyCluster
 from onceproof.trial import Counterexamples, Trial, run_trial
-from onceproof.workloads.plan import load, on_client, size
+from onceproof.workloads.plan import client_spec, load, on_client, size
 from onceproof.workloads.suites import Suite
 
 
@@ -151,8 +151,9 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
     that names no client library on `client`. No plan starts after `deadline` (a
     monotonic time); a suite the deadline stopped is `cut`, and one stopped before its
     first plan reports 0 examples and no verdict."""
+    library, java_release = client_spec(client) if client else (None, None)
     search = Search(search_name(suite, mode, client), cluster, artifacts, spark_master, budget,
-                    deadline, client=client)
+                    deadline, client=library, java_client_version=java_release)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
@@ -202,7 +203,7 @@ def search_name(suite: Suite, mode: str, client: str | None = None) -> str:
     """The name a suite's search in mode (on `client`, when one is asked for) saves its
     counterexample under."""
     name = suite.name if mode == "rounds" else f"{suite.name}-{mode}"
-    return f"{name}-{client}" if client else name
+    return f"{name}-{client.replace(':', '-')}" if client else name
 
 
 def keep(result: HuntResult, folder: str | Path) -> Path:

@@ -9,8 +9,10 @@ import pytest
 from onceproof.checkers.history import CLUSTER, read_events
 from onceproof.cluster.provision import ensure_java_client
 from onceproof.run.jvm import unknown_settings
+from onceproof.search import search_name
 from onceproof.trial import run_trial
-from onceproof.workloads.plan import PlanError, on_client, validate
+from onceproof.workloads.plan import PlanError, client_spec, on_client, validate
+from onceproof.workloads.suites import SUITES
 
 
 def _agents() -> list[int]:
@@ -138,6 +140,18 @@ def test_a_plan_names_a_known_client_and_release():
     mixed = on_client({**plan, "clients": {"p0": {"role": "producer", "client": "librdkafka"},
                                            "p1": {"role": "producer"}}}, "java")
     assert {c["client"] for c in mixed["clients"].values()} == {"librdkafka", "java"}
+
+
+def test_a_side_by_side_client_is_a_library_or_the_java_client_at_a_release():
+    assert client_spec("librdkafka") == ("librdkafka", None)
+    assert client_spec("java") == ("java", None)
+    assert client_spec("java:3.8.0") == ("java", "3.8.0")
+    for wrong in ("jvm", "java:3.8", "librdkafka:2.12.0", "java:"):
+        with pytest.raises(PlanError, match=f"unknown client {wrong!r}: .*java:3.8.0"):
+            client_spec(wrong)
+    # Its searches keep their counterexamples apart from the other clients'.
+    suite = SUITES["java_correct_pipeline"]
+    assert search_name(suite, "concurrent", "java:3.8.0") == "java_correct_pipeline-concurrent-java-3.8.0"
 
 
 def test_a_setting_the_java_client_does_not_know_is_named():

@@ -176,6 +176,17 @@ def libraries(plan: dict) -> set[str]:
     return {library_of(c) for c in plan["clients"].values()}
 
 
+def client_spec(text: str) -> tuple[str, str | None]:
+    """A side-by-side client (suites' and hunts' --client): a library, or the Java
+    client at a release, `java:3.8.0`; (library, release or None)."""
+    library, colon, release = text.partition(":")
+    if library not in CLIENT_LIBRARIES or (colon and (library != JAVA or not _RELEASE.fullmatch(release))):
+        raise PlanError(f"unknown client {text!r}: use one of {', '.join(CLIENT_LIBRARIES)}, or "
+                        "java:RELEASE for the Java client of a kafka-clients release such as "
+                        "java:3.8.0 (--client)")
+    return library, release or None
+
+
 def on_client(plan: dict, library: str | None = None, java_version: str | None = None) -> dict:
     """The plan with `library` for every client that names none, and `java_version` as
     the Java client's release (a run's --client and --java-client-version): written into

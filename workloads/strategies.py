@@ -39,6 +39,14 @@ WORKLOADS: dict[str, dict[str, dict]] = {
         "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"},
                     "c1": {"role": "consumer", "group": "c0"}},
     },
+    # A Kafka Streams application (exactly_once_v2, a fold: docs/plans.md) between a
+    # producer and a read_committed consumer; its copies are instances of one application.
+    "streams": {
+        "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
+        "clients": {"p0": {"role": "producer", "topic": "in"},
+                    "s0": {"role": "streams", "input": "in", "output": "out"},
+                    "c0": {"role": "consumer", "topic": "out"}},
+    },
 }
 
 
@@ -159,7 +167,8 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
     """n clients dealt round-robin from the templates: template cid's copy k is cid
     itself for k = 0, else cid_k. Copies of a pipeline are one application scaled out:
     one consumer group (the template's), each copy reading its own share of the input
-    partitions, or, when they subscribe, whatever share the group gives it."""
+    partitions, or, when they subscribe, whatever share the group gives it; copies of a
+    streams client are instances of one application (its group)."""
     order = list(templates)
     dealt = {}
     copies: dict[str, list[str]] = {cid: [] for cid in order}
@@ -170,6 +179,10 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
         dealt[name] = dict(templates[cid])
     for cid, names in copies.items():
         spec = templates[cid]
+        if spec["role"] == "streams":  # the group hands out its tasks
+            for name in names:
+                dealt[name]["group"] = spec.get("group", cid)
+            continue
         if spec["role"] != "pipeline" or len(names) < 2:
             continue
         if spec.get("pipeline", {}).get("subscribe"):

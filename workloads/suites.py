@@ -128,6 +128,11 @@ _ACKS1 = {"topics": {"t": {"partitions": 1}},
           "producer": {"enable.idempotence": False, "acks": 1, "retries": 0,
                        "message.timeout.ms": 5000}}
 
+# A Streams application whose commits come every second and whose dead instances the
+# group notices in 6 s, so a crash lands between commits and its tasks move within a plan.
+_STREAMS_APP = {"topology": "fold", "config": {"commit.interval.ms": 1000,
+                                               "session.timeout.ms": 6000}}
+
 SUITES = {s.name: s for s in [
     Suite("non_idempotent_retries",
           "a producer without idempotence retries a write whose ack was slow, and the "
@@ -221,6 +226,18 @@ SUITES = {s.name: s for s in [
           "from 4.0): must pass under every fault",
           frozenset(), "pipeline", config=_on_java("pipeline"), faults=SETS["mixed"],
           fault_percent=40),
+    Suite("streams_at_least_once",
+          "a Kafka Streams fold with processing.guarantee=at_least_once, its instances "
+          "killed and replaced: a successor redoes inputs whose outputs and folded state "
+          "were already written",
+          frozenset({"streams_duplicate_output", "wrong_fold"}), "streams",
+          config={"clients": {"s0": {"streams": {**_STREAMS_APP, "guarantee": "at_least_once"}}}},
+          faults=SETS["node"], crash_every=8.0, seconds=(30, 60), shapes=("concurrent",)),
+    Suite("streams_exactly_once",
+          "the same Kafka Streams fold with exactly_once_v2, its instances killed and "
+          "replaced: must pass under every fault",
+          frozenset(), "streams", config={"clients": {"s0": {"streams": _STREAMS_APP}}},
+          faults=SETS["mixed"], crash_every=8.0, seconds=(30, 60), shapes=("concurrent",)),
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
