@@ -77,7 +77,7 @@ def _leg(h: Historical, leg: Leg, artifacts: Path, nodes: int, spark_master: str
     try:
         with Cluster(folder / "cluster", nodes, leg.kafka) as cluster:
             result = hunt(suite, cluster, folder, spark_master, examples, budget, replays,
-                          seed, deadline, suite.shapes[0])
+                          seed, deadline, suite.shapes[0], leg.client or None)
     except SetupError as exc:
         return LegResult(h.name, h.bug, leg.label, leg.has_bug, None, str(exc))
     return LegResult(h.name, h.bug, leg.label, leg.has_bug, result)

@@ -8,7 +8,7 @@ import pytest
 
 from onceproof.checkers.history import CLUSTER, read_events
 from onceproof.cluster.provision import ensure_java_client
-from onceproof.run.jvm import unknown_settings
+from onceproof.run.jvm import java_config, unknown_settings
 from onceproof.search import search_name
 from onceproof.trial import run_trial
 from onceproof.workloads.plan import PlanError, client_spec, on_client, validate
@@ -154,10 +154,24 @@ def test_a_side_by_side_client_is_a_library_or_the_java_client_at_a_release():
     assert search_name(suite, "concurrent", "java:3.8.0") == "java_correct_pipeline-concurrent-java-3.8.0"
 
 
+def test_settings_in_librdkafkas_names_reach_the_java_client_in_its_own():
+    # The same request timeout on both: librdkafka's socket.timeout.ms is the Java
+    # client's request.timeout.ms; librdkafka's request.timeout.ms (the broker's ack
+    # timeout) has no Java setting beside it.
+    assert java_config({"socket.timeout.ms": 3000, "request.timeout.ms": 2000,
+                        "message.timeout.ms": 3000, "transaction.timeout.ms": 3000}) == {
+        "request.timeout.ms": "3000", "delivery.timeout.ms": "3000",
+        "transaction.timeout.ms": "3000"}
+    # Java's own name, alone, stays as it is.
+    assert java_config({"request.timeout.ms": 1500}) == {"request.timeout.ms": "1500"}
+
+
 def test_a_setting_the_java_client_does_not_know_is_named():
     dist = ensure_java_client("4.4.0")
     plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
-            "producer": {"socket.timeout.ms": 2000, "message.timeout.ms": 4000, "acks": "all"},
+            "producer": {"socket.timeout.ms": 2000, "message.timeout.ms": 4000, "acks": "all",
+                         "queue.buffering.max.kbytes": 1024},
             "clients": {"p0": {"role": "producer", "client": "java"}}}
-    # message.timeout.ms is librdkafka's name for the Java client's delivery.timeout.ms.
-    assert unknown_settings(plan, "p0", dist) == ["socket.timeout.ms"]
+    # message.timeout.ms is librdkafka's name for the Java client's delivery.timeout.ms,
+    # socket.timeout.ms for its request.timeout.ms; librdkafka's queue bound has none.
+    assert unknown_settings(plan, "p0", dist) == ["queue.buffering.max.kbytes"]

@@ -322,12 +322,16 @@ class Leg:
     has_bug: bool
     broker: dict = field(default_factory=dict)
     why: str = ""
-    tag: str = ""  # names a leg with broker settings apart from its release's plain leg
+    tag: str = ""  # names a leg apart from its release's plain leg (settings, client)
+    # The client library of every plan client, as suites' --client names it
+    # (java:3.8.0); empty: as the suite's plans say (librdkafka unless they name java).
+    client: str = ""
 
     @property
     def label(self) -> str:
         settings = ",".join(f"{k}={v}" for k, v in sorted(self.broker.items()))
-        return f"{self.kafka}" + (f" ({settings})" if settings else "")
+        return (f"{self.kafka}" + (f" ({settings})" if settings else "")
+                + (f" on {self.client}" if self.client else ""))
 
 
 @dataclass(frozen=True)
@@ -349,7 +353,7 @@ class Historical:
         all (any violation fails it) where it must pass."""
         broker = {**self.suite.config.get("broker", {}), **leg.broker}
         config = {**self.suite.config, **({"broker": broker} if broker else {})}
-        tag = leg.kafka + (f"-{leg.tag}" if leg.tag else "")
+        tag = leg.kafka + (f"-{leg.tag}" if leg.tag else "")  # the search adds the client
         return replace(self.suite, name=f"{self.suite.name}-{tag}", config=config,
                        expect=self.suite.expect if leg.has_bug else frozenset())
 
@@ -389,7 +393,36 @@ HISTORICAL = {h.name: h for h in [
          Leg(NEWEST_KAFKA, False, why="the newest release, verification on"),
          Leg(NEWEST_KAFKA, True, {"transaction.partition.verification.enable": False},
              why="the newest release with the verification turned off: the bug is back",
-             tag="noverify"))),
+             tag="noverify"),
+         # KIP-890 part 2, the other defence: a client on transaction protocol v2 bumps
+         # its epoch with every commit or abort, so the held produce comes with an epoch
+         # the partition's leader has seen ended, even with the verification off.
+         Leg(NEWEST_KAFKA, False, {"transaction.partition.verification.enable": False},
+             why="verification off, the Java client of the release (transaction protocol "
+                 "v2): its epoch bump fences the held produce", tag="noverify-java",
+             client="java"),
+         Leg(NEWEST_KAFKA, True, {"transaction.partition.verification.enable": False},
+             why="verification off, the Java client 3.8.0 (transaction protocol v1): "
+                 "nothing fences it", tag="noverify-java-3.8.0", client="java:3.8.0"))),
+    Historical(
+        replace(HUNTS["delayed_end_txn"], name="kafka_17754",
+                expect=frozenset({"aborted_read", "lost_write", "torn_txn"}), hunts="",
+                shapes=("concurrent",)),
+        "KAFKA-17754",
+        "KAFKA-17754 (a delayed EndTxn or produce of one transaction lands in the "
+        "producer's next, which has the same epoch under transaction protocol v1: an "
+        "aborted transaction's writes become visible, a committed one's are lost or torn), "
+        "found by Jepsen with the Java client 3.8.0; closed by KIP-890 part 2 (Kafka 4.0, "
+        "transaction protocol v2: an epoch bump on every commit or abort, so the late "
+        "request is fenced), for clients that speak v2. The suite is the delayed_end_txn "
+        "hunt (its faults delay requests to the transaction coordinator past the clients' "
+        "3 s request timeout)",
+        (Leg("3.8.1", True, client="java:3.8.0",
+             why="where Jepsen found it: a 3.8 cluster, the Java client 3.8.0"),
+         Leg(NEWEST_KAFKA, True, client="java:3.8.0", tag="java-3.8.0",
+             why="the newest brokers and a v1 client: part 2 needs the client's bump"),
+         Leg(NEWEST_KAFKA, False, client="java", tag="java",
+             why="the newest brokers and the Java client of the release, on v2"))),
     Historical(
         Suite("kafka_16371",
               "read_committed consumers of one group commit their offsets with metadata, "

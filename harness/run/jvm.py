@@ -33,7 +33,10 @@ from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, read_top
 from onceproof.workloads.settings import setting_text
 
 # librdkafka's name -> the Java client's, for settings whose names differ.
-JAVA_NAMES = {"message.timeout.ms": "delivery.timeout.ms", "queue.buffering.max.ms": "linger.ms"}
+# socket.timeout.ms is librdkafka's request timeout, the one the Java client calls
+# request.timeout.ms.
+JAVA_NAMES = {"message.timeout.ms": "delivery.timeout.ms", "queue.buffering.max.ms": "linger.ms",
+              "socket.timeout.ms": "request.timeout.ms"}
 # A small heap (the clients buffer little), and no optimizing JIT: nine of these share
 # two cores with the brokers, and a client process lives for minutes, not hours.
 JVM_OPTIONS = ("-Xms16m", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -41,6 +44,12 @@ JVM_OPTIONS = ("-Xms16m", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:Tiere
 
 
 def java_config(settings: dict) -> dict[str, str]:
+    """Settings under the Java client's names. Settings that name socket.timeout.ms speak
+    librdkafka's names: their request.timeout.ms is then the ack timeout a produce asks
+    of the broker, which the Java client has no setting for (it sends its own request
+    timeout), so it is left out and socket.timeout.ms becomes the request timeout."""
+    if "socket.timeout.ms" in settings:
+        settings = {k: v for k, v in settings.items() if k != "request.timeout.ms"}
     return {JAVA_NAMES.get(k, k): setting_text(v) for k, v in settings.items()}
 
 
