@@ -489,9 +489,9 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
 
     from onceproof.search import as_row, hunt
     from onceproof.workloads.plan import PlanError, client_spec
-    for client in clients:
+    for asked_client in clients:
         try:
-            client_spec(client)
+            client_spec(asked_client)
         except PlanError as e:
             raise SetupError(str(e)) from None
     unknown = set(only) - set(registry)
