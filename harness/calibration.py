@@ -34,7 +34,7 @@ class LegResult:
     @property
     def held(self) -> bool:
         """Whether the leg did what it must: found the bug, or passed with plans run."""
-        return self.result is not None and self.result.caught
+        return self.result is not None and self.result.caught and not self.result.idle
 
     @property
     def outcome(self) -> str:
@@ -43,6 +43,8 @@ class LegResult:
             return "did not start"
         if r.examples == 0:
             return "not run (time limit)"
+        if r.idle:
+            return "NOTHING EXERCISED"
         if self.has_bug:
             return "found" if r.caught else ("not found (time limit)" if r.cut else "NOT FOUND")
         return "passed" if r.caught else "FAILED"

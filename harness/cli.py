@@ -360,7 +360,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
         if save_to and r.caught and not r.known_good and r.counterexample:
             click.echo(f"{r.suite} ({r.mode}): kept {keep_counterexample(r, save_to)}", err=True)
     # Suites the time limit stopped are shown as such, not counted as misses.
-    sys.exit(0 if all(r.caught or r.cut for r in rows) else 1)
+    sys.exit(0 if all((r.caught or r.cut) and not r.idle for r in rows) else 1)
 
 
 @main.command()
@@ -448,8 +448,8 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
           spark_master, artifacts) -> None:
     """Hunt for real bugs: correct configurations under the faults a known exposure needs
     (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
-    a violation or a stall: read its counterexample op by op before reporting it
-    (docs/findings.md)."""
+    a violation or a stall (read its counterexample op by op before reporting it:
+    docs/findings.md), or exercised nothing (no write acknowledged, nothing committed)."""
     import json
     from pathlib import Path
 
@@ -474,7 +474,7 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
-    sys.exit(1 if any(r.caught for r in rows) else 0)
+    sys.exit(1 if any(r.caught or r.idle for r in rows) else 0)
 
 
 def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,

@@ -100,6 +100,10 @@ class Search:
         return folder if self.seconds_to_first is not None else None
 
 
+# What a clean search needs to have seen for its pass to count (trial.exercised).
+EVIDENCE = ("acknowledged_writes", "commit_txn", "streams_committed_inputs")
+
+
 @dataclass
 class HuntResult:
     suite: str
@@ -121,10 +125,21 @@ class HuntResult:
     client: str | None = None  # the client library the plans ran on (None: as they say)
 
     @property
+    def idle(self) -> bool:
+        """A clean search (nothing found, or a known-good suite passed) whose plans had no
+        write acknowledged, no transaction committed and no Streams input committed: its
+        clients did nothing its claim is about (a client that could not start, say), so
+        its pass is no evidence."""
+        clean = not self.caught if self.hunt else self.known_good and self.caught
+        return clean and self.examples > 0 and not any(self.exercised.get(k) for k in EVIDENCE)
+
+    @property
     def outcome(self) -> str:
         """The table's word for this row."""
         if self.cut and not self.caught:
             return "stopped by time limit" if self.examples else "not run (time limit)"
+        if self.idle:
+            return "NOTHING EXERCISED (no write acknowledged, nothing committed)"
         if self.hunt:
             return "FOUND " + ", ".join(self.found) if self.caught else "none found"
         if self.known_good:

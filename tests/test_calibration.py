@@ -71,10 +71,12 @@ def test_each_leg_searches_its_own_settings_and_expectation(name, i, data):
         assert set(plan.get("broker", {})) == set(h.suite.config.get("broker", {}))
 
 
-def _row(has_bug: bool, caught: bool, examples: int = 3, cut: bool = False) -> LegResult:
+def _row(has_bug: bool, caught: bool, examples: int = 3, cut: bool = False,
+         exercised: dict | None = None) -> LegResult:
     r = HuntResult(suite="s", mode="rounds", expect="", known_good=not has_bug, caught=caught,
                    examples=examples, seconds_to_first=None, shrunk_size=None, reproduced="-",
-                   counterexample=None, cut=cut)
+                   counterexample=None, cut=cut,
+                   exercised={"commit_txn": 4} if exercised is None else exercised)
     return LegResult("s", "KAFKA-1", "3.5.2", has_bug, r)
 
 
@@ -85,6 +87,11 @@ def test_a_leg_says_what_it_did():
     assert _row(False, True).outcome == "passed" and _row(False, True).held
     assert _row(False, False).outcome == "FAILED"
     assert _row(False, False, examples=0, cut=True).outcome == "not run (time limit)"
+    # A pass whose plans wrote and committed nothing (clients that never started) is no
+    # evidence: not held, said so.
+    idle = _row(False, True, exercised={"poll": 500, "faults": 12})
+    assert idle.outcome == "NOTHING EXERCISED" and not idle.held
+    assert _row(False, True, exercised={"acknowledged_writes": 9}).held
     assert LegResult("s", "KAFKA-1", "3.5.2", True, None, "why").outcome == "did not start"
 
 

@@ -115,6 +115,12 @@ def test_side_by_side_searches_print_a_column_per_client():
     rows = [HuntResult("non_idempotent_retries", "rounds", "duplicate", False, caught, n, first,
                        None, "1/1", None, client=client)
             for client, caught, n, first in (("librdkafka", True, 3, 40.0), ("java", False, 8, None))]
+    # A hunt on a third client whose transactional clients never started: its "none
+    # found" would say nothing, so the cell says what its plans did not do.
+    rows += [HuntResult("delayed_end_txn", "concurrent", "", True, False, 3, None, None, "-",
+                        None, exercised={"poll": 543, "faults": 12}, hunt=True, client=client)
+             for client in ("librdkafka", "java")]
+    rows[-2].exercised = {"commit_txn": 4524, "acknowledged_writes": 15052}
     console = Console(width=200, record=True)
     console.print(_table("Suites", rows, ("librdkafka", "java")))
     text = console.export_text()
@@ -122,6 +128,8 @@ def test_side_by_side_searches_print_a_column_per_client():
     assert "librdkafka" in header and "java" in header
     row = next(line for line in text.splitlines() if "non_idempotent_retries" in line)
     assert "yes, 3 plans, first 40 s" in row and "NO, 8 plans, first -" in row
+    hunt = next(line for line in text.splitlines() if "delayed_end_txn" in line)
+    assert "none found, 3 plans" in hunt and "NOTHING EXERCISED" in hunt
 
 
 def test_a_broker_setting_the_harness_owns_is_refused_before_anything_starts(tmp_path):

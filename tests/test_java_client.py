@@ -159,9 +159,15 @@ def test_settings_in_librdkafkas_names_reach_the_java_client_in_its_own():
     # client's request.timeout.ms; librdkafka's request.timeout.ms (the broker's ack
     # timeout) has no Java setting beside it.
     assert java_config({"socket.timeout.ms": 3000, "request.timeout.ms": 2000,
-                        "message.timeout.ms": 3000, "transaction.timeout.ms": 3000}) == {
-        "request.timeout.ms": "3000", "delivery.timeout.ms": "3000",
+                        "message.timeout.ms": 4000, "transaction.timeout.ms": 3000}) == {
+        "request.timeout.ms": "3000", "delivery.timeout.ms": "4000",
         "transaction.timeout.ms": "3000"}
+    # A message timeout librdkafka takes but the Java client would refuse (below linger.ms
+    # plus request.timeout.ms: delayed_end_txn's, with the harness's 5 ms linger) is
+    # raised to that floor; a producer that cannot be made ran no transaction there.
+    assert java_config({"socket.timeout.ms": 3000, "message.timeout.ms": 3000,
+                        "queue.buffering.max.ms": 5})["delivery.timeout.ms"] == "3005"
+    assert java_config({"message.timeout.ms": 4000})["delivery.timeout.ms"] == "30005"
     # Java's own name, alone, stays as it is.
     assert java_config({"request.timeout.ms": 1500}) == {"request.timeout.ms": "1500"}
 

@@ -44,13 +44,21 @@ JVM_OPTIONS = ("-Xms16m", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:Tiere
 
 
 def java_config(settings: dict) -> dict[str, str]:
-    """Settings under the Java client's names. Settings that name socket.timeout.ms speak
-    librdkafka's names: their request.timeout.ms is then the ack timeout a produce asks
-    of the broker, which the Java client has no setting for (it sends its own request
-    timeout), so it is left out and socket.timeout.ms becomes the request timeout."""
+    """Settings under the Java client's names (docs/plans.md). Settings that name
+    socket.timeout.ms speak librdkafka's names: their request.timeout.ms is then the ack
+    timeout a produce asks of the broker, which the Java client has no setting for (it
+    sends its own request timeout), so it is left out and socket.timeout.ms becomes the
+    request timeout."""
     if "socket.timeout.ms" in settings:
         settings = {k: v for k, v in settings.items() if k != "request.timeout.ms"}
-    return {JAVA_NAMES.get(k, k): setting_text(v) for k, v in settings.items()}
+    out = {JAVA_NAMES.get(k, k): setting_text(v) for k, v in settings.items()}
+    if "message.timeout.ms" in settings:
+        # librdkafka's message timeout counts from the send, as the Java client's
+        # delivery timeout does, but the Java client refuses one below linger.ms plus
+        # request.timeout.ms (5 + 30,000 by default), which librdkafka allows: raised to it.
+        floor = int(out.get("linger.ms", 5)) + int(out.get("request.timeout.ms", 30000))
+        out["delivery.timeout.ms"] = str(max(int(out["delivery.timeout.ms"]), floor))
+    return out
 
 
 def unknown_settings(plan: dict, cid: str, dist: JavaClientDist) -> list[str]:

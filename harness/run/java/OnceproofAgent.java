@@ -205,7 +205,13 @@ public final class OnceproofAgent {
     // ---- what an error says ----------------------------------------------------------------
 
     static String describe(Throwable e) {
-        return e.getClass().getSimpleName() + ": " + e.getMessage();
+        StringBuilder said = new StringBuilder(e.getClass().getSimpleName() + ": " + e.getMessage());
+        // A wrapper says what failed ("Failed to construct kafka producer"), its cause why.
+        for (Throwable t = e.getCause(); t != null && t != e; t = t.getCause()) {
+            said.append(" (caused by ").append(t.getClass().getSimpleName()).append(": ")
+                .append(t.getMessage()).append(")");
+        }
+        return said.toString();
     }
 
     static boolean causedBy(Throwable e, Class<?>... kinds) {
