@@ -50,10 +50,10 @@ def main(runs: int, out: Path | None) -> None:
     rows = []
     for client in CLIENTS:
         library, release = client_spec(client)
-        with Cluster(out / client.replace(":", "-") / "cluster", 3) as cluster:
+        folder = out / client.replace(":", "-")
+        with Cluster(folder / "cluster", 3) as cluster:
             for k in range(runs):
-                trial = run_trial(on_client(plan, library, release), cluster,
-                                  out / client.replace(":", "-") / f"run-{k}")
+                trial = run_trial(on_client(plan, library, release), cluster, folder / f"run-{k}")
                 events = read_events(trial.history)
                 tested = next(e for e in events if e["f"] == CLUSTER)["value"]
                 begun = sorted({e["value"].get("txn_protocol") for e in events
