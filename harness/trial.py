@@ -101,22 +101,29 @@ def keep_logs(cluster: AnyCluster, folder: Path) -> None:
 
 
 class Counterexamples:
-    """The smallest failing plan per name, saved under root/name/ with its evidence."""
+    """The smallest failing plan per name of those offered to this store, saved under
+    root/name/ with its evidence.
+
+    A folder an earlier run left under that name is replaced by the first failure
+    offered, even when its plan is smaller: what a search reports of its counterexample
+    (its size, what it showed, how often its replays reproduce it) must be of a plan
+    this search found, not of another run's in the same artifacts folder."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self._kept: dict[str, int] = {}  # name -> size of the plan saved for it here
 
     def folder(self, name: str) -> Path:
         return self.root / name
 
     def offer(self, name: str, trial: Trial, cluster: AnyCluster) -> bool:
-        """Keep trial if it is the first or the smallest failure seen for name."""
-        dest = self.folder(name)
-        current = dest / "plan.json"
-        if current.exists() and size(json.loads(current.read_text())) <= size(trial.plan):
+        """Keep trial if it is the first or the smallest failure offered for name."""
+        if name in self._kept and self._kept[name] <= size(trial.plan):
             return False
+        dest = self.folder(name)
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(trial.folder, dest)
         keep_logs(cluster, dest)
+        self._kept[name] = size(trial.plan)
         return True

@@ -163,3 +163,28 @@ def test_a_new_consumer_records_where_it_starts_reading(cluster, tmp_path):
     for process in ("c0", "c0.1"):
         mine = [e["f"] for e in events if e["process"] == process and e["type"] == "ok"]
         assert mine[:2] == ["assign", "seek"], mine
+
+
+def test_a_client_that_asks_for_librdkafkas_debug_log_gets_it_in_a_file(cluster, tmp_path):
+    """A plan client whose settings set librdkafka's `debug` has that log, as librdkafka
+    printed it, in the run's client-logs/, headed by the line that ties its wall clock to
+    the history's; a client that asks for none writes none."""
+    import re
+
+    from onceproof.run.execute import run
+    plan = {"topics": {"t": {"partitions": 1}},
+            "clients": {"t0": {"role": "txn_producer", "config": {"debug": "eos"}},
+                        "p0": {"role": "producer"}},
+            "steps": [{"ops": {"t0": {"f": "begin"}, "p0": {"f": "send", "n": 1}}},
+                      {"ops": {"t0": {"f": "send", "n": 1}}}, {"ops": {"t0": {"f": "commit"}}}]}
+    run(plan, cluster, tmp_path)
+    assert [e["type"] for e in read_events(tmp_path / "history.jsonl")
+            if e["process"] == "t0" and e["f"] == "commit_txn"] == ["invoke", "ok"]
+    logs = tmp_path / "client-logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["t0.librdkafka.log"]
+    first, *lines = (logs / "t0.librdkafka.log").read_text().splitlines()
+    assert re.fullmatch(r"# librdkafka's debug log of t0: wall clock \d+\.\d{6} s = the "
+                        r"history's time \d+ ns", first)
+    # librdkafka's own printer: %7|<seconds>.<ms>|<facility>|<instance>| <message>
+    assert any(re.match(r"%7\|\d+\.\d{3}\|\w+\|rdkafka#producer-\d+\|", line)
+               and "EndTxn" in line for line in lines), lines[-5:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onceproof.checkers.history import HistoryWriter
 from onceproof.checkers.store import convert
-from onceproof.trial import exercised
+from onceproof.trial import Counterexamples, Trial, exercised
 
 REC = {"topic": "t", "partition": 0, "key": "k"}
 
@@ -46,3 +46,30 @@ def test_faults_count_those_that_fired_not_their_undos(tmp_path):
         w.fault("client_crashed", {"process": "x0", "by": "x0.1"}, type="info", error="planned")
         w.fault("pause", {"node": 2})
     assert exercised(convert(path, tmp_path / "tables"))["faults"] == 2
+
+
+def _failed_trial(folder, clients: int) -> Trial:
+    """A failing trial's folder: a concurrent plan of `clients` clients (its size grows
+    with them), and its history."""
+    import json
+    folder.mkdir(parents=True)
+    plan = {"duration": 10, "schedule": [], "clients": {f"t{i}": {"role": "txn_producer"}
+                                                        for i in range(clients)}}
+    (folder / "plan.json").write_text(json.dumps(plan))
+    (folder / "history.jsonl").write_text(f"{folder.name}\n")
+    return Trial(plan, folder, None, 1.0)  # type: ignore[arg-type]
+
+
+def test_a_search_keeps_its_own_smallest_counterexample_not_an_earlier_runs(tmp_path):
+    not_started = object()  # a cluster the harness did not start: no logs to copy
+    earlier = Counterexamples(tmp_path / "counterexamples")
+    assert earlier.offer("s", _failed_trial(tmp_path / "earlier", 2), not_started)
+    kept = tmp_path / "counterexamples" / "s" / "history.jsonl"
+
+    search = Counterexamples(tmp_path / "counterexamples")
+    # Bigger than the earlier run's, but this search's first: it replaces it.
+    assert search.offer("s", _failed_trial(tmp_path / "first", 5), not_started)
+    assert kept.read_text() == "first\n"
+    assert not search.offer("s", _failed_trial(tmp_path / "bigger", 6), not_started)
+    assert search.offer("s", _failed_trial(tmp_path / "shrunk", 3), not_started)
+    assert kept.read_text() == "shrunk\n"

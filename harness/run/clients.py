@@ -28,6 +28,16 @@ _LIBRDKAFKA_LOG = logging.getLogger("onceproof.librdkafka")
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 _LIBRDKAFKA_LOG.propagate = False
 QUIET = {"log_level": 0, "log.connection.close": False, "logger": _LIBRDKAFKA_LOG}
+
+
+def log_settings(config: dict) -> dict:
+    """librdkafka's log settings for a client with these settings: silent, unless they
+    ask for librdkafka's debug log (`debug`, e.g. "eos"). Then librdkafka's own printer
+    writes every line, stamped when its thread wrote it, to the process's stderr, which
+    the client's host has sent to a file (run/host.py): through Python's logger a line
+    waits for the next poll, and its time would be when Python saw it."""
+    return {"log.connection.close": False} if config.get("debug") else QUIET
+
 # How far ahead a librdkafka consumer fetches, unless a plan says otherwise: at least 1000
 # messages per partition rather than librdkafka's 100,000, at most 1 MiB queued, and
 # 64 KiB a partition a fetch rather than 1 MiB. A consumer that lags (a pipeline or
@@ -77,6 +87,9 @@ class RunContext:
     # Transactions begun per transaction protocol, as the clients that report it say
     # (the Java client: run/jvm.py); the run's summary and verdict name them.
     txn_protocols: Counter = field(default_factory=Counter)
+    # The folder where a client process whose settings ask for librdkafka's debug log
+    # writes it (run/host.py; the run's client-logs/); None: the process's stderr.
+    logs: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -198,7 +211,8 @@ def _producer_config(ctx: RunContext, plan: dict, spec: dict, transactional: boo
                      fixed: dict | None = None) -> dict:
     """librdkafka's producer config: the plan's settings; `fixed` (a transactional id)
     over them."""
-    return {**producer_settings(plan, spec, transactional), **(fixed or {}), **ctx.connection, **QUIET}
+    settings = producer_settings(plan, spec, transactional)
+    return {**settings, **(fixed or {}), **ctx.connection, **log_settings(settings)}
 
 
 def timed(value: dict, seconds: float) -> dict:
@@ -452,7 +466,7 @@ class TopicConsumer(Client):
         self.isolation = config["isolation.level"]
         self.consumer = Consumer({**PREFETCH, **config, **self.ctx.connection,
                                   "group.id": self.group, "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", **QUIET})
+                                  "auto.offset.reset": "earliest", **log_settings(config)})
         self.tps = [TopicPartition(self.ctx.topic(self.topic), p)
                     for p in self.spec.get("partitions", range(self.ctx.partitions[self.topic]))]
         # Where the application stands: after the last record it was given, or where it

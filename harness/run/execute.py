@@ -78,7 +78,7 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
     with writer or HistoryWriter(out / "history.jsonl") as writer:
         ctx = RunContext(writer, cluster.connection(), run_id, partitions, plan["clients"],
-                         java=java)
+                         java=java, logs=str(out / "client-logs"))
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()

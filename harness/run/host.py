@@ -31,6 +31,7 @@ import traceback
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from multiprocessing import spawn
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -108,7 +109,7 @@ class HostedClient:
         """Start the client's process; returns the harness's end of the connection to it
         (send, recv, close)."""
         context = {"connection": ctx.connection, "run_id": ctx.run_id,
-                   "partitions": ctx.partitions, "clients": ctx.clients}
+                   "partitions": ctx.partitions, "clients": ctx.clients, "logs": ctx.logs}
         ours, theirs = PROCESSES.Pipe()
         self._proc = PROCESSES.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
                                        args=(theirs, cid, spec, plan, context, process, ctx.values))
@@ -286,6 +287,9 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
     for_running()  # before the client's threads: see checkers/memory.py
     forward = Forwarder(conn)
     made: dict[str, Any] = {}
+    if context.get("logs") and any(settings.get("debug") for settings in (
+            clients.producer_settings(plan, spec), clients.consumer_settings(plan, spec))):
+        _stderr_to(Path(context["logs"]) / f"{process}.librdkafka.log")
 
     def make() -> None:
         # In a thread of its own: making a client records ops (a consumer's assign),
@@ -320,6 +324,18 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
         if time.monotonic() - trimmed > TRIM_EVERY:
             trim()
             trimmed = time.monotonic()
+
+
+def _stderr_to(path: Path) -> None:
+    """Send this process's stderr, where librdkafka prints its debug log (run/clients.py
+    log_settings), to `path`. librdkafka stamps each line with the wall clock, the
+    history with the monotonic one: the first line gives both at one instant."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, (f"# librdkafka's debug log of {path.name.split('.librdkafka')[0]}: wall clock "
+                  f"{time.time():.6f} s = the history's time {time.monotonic_ns()} ns\n").encode())
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _lane(client, forward: Forwarder, requests: queue.SimpleQueue) -> None:
