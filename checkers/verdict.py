@@ -75,6 +75,13 @@ class Verdict:
         return not self.stalls
 
     @property
+    def failing(self) -> set[str]:
+        """The types that make this verdict fail: its violations and its stalls. Notes
+        are not among them: a history with concurrent transactions shows g0 cycles as
+        notes in almost every run, so counting them would make every run "show" them."""
+        return set(self.violations) | set(self.stalls)
+
+    @property
     def fine(self) -> bool:
         """Nothing to report but notes, on evidence: decided, valid and live."""
         return self.unknown is None and self.valid and self.live

@@ -154,7 +154,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             progress.update(task, completed=1.0,
                             status=trial.verdict.headline.lower()
                             if trial.verdict.fine or trial.verdict.unknown else
-                            "ANOMALIES: " + ", ".join(sorted(trial.anomalies)))
+                            "ANOMALIES: " + ", ".join(sorted(trial.verdict.failing)))
             anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})
             _finish_folder(trial, cluster)
             write_report(folder)

@@ -89,7 +89,7 @@ class Search:
             self.seconds_to_first = time.monotonic() - self.started
         self.store.offer(self.name, trial, self.cluster)
         where = self.store.folder(self.name)
-        return (f"{', '.join(sorted(trial.anomalies)) or 'invalid verdict'}; smallest "
+        return (f"{', '.join(sorted(trial.verdict.failing)) or 'invalid verdict'}; smallest "
                 f"counterexample: {where} (replay: onceproof replay {where})")
 
     @property
@@ -150,12 +150,12 @@ class HuntResult:
 def shows(suite: Suite, trial: Trial) -> bool:
     """Whether trial shows what the suite is hunted for: any violation for a known-good
     suite, any violation or stall for a hunt, one of its expected anomalies for a
-    known-bad one."""
+    known-bad one (as a violation or stall, not a note)."""
     if suite.is_hunt:
         return not (trial.verdict.valid and trial.verdict.live)
     if suite.known_good:
         return not trial.verdict.valid
-    return bool(trial.anomalies & suite.expect)
+    return bool(trial.verdict.failing & suite.expect)
 
 
 def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master: str | None = None,
@@ -230,7 +230,7 @@ def keep(result: HuntResult, folder: str | Path) -> Path:
     found = Path(result.counterexample)
     verdict = Verdict.from_dict(json.loads((found / "verdict.json").read_text()))
     record = {"suite": result.suite, "mode": result.mode,
-              "shown": sorted(t for t, n in verdict.counts.items() if n),
+              "shown": sorted(verdict.failing),
               "kafka_version": result.kafka_version,
               "saved": datetime.date.today().isoformat(),
               "search": {"examples": result.examples,

@@ -35,12 +35,20 @@ class Trial:
 
     @property
     def anomalies(self) -> set[str]:
+        """Every type found, notes included (Verdict.failing: those that fail it)."""
         return {t for t, n in self.verdict.counts.items() if n}
 
     @property
     def history(self) -> Path:
         """The recorded history (docs/history.md), in folder."""
         return self.folder / "history.jsonl"
+
+
+def reproduces(saved_for: set[str], verdict: Verdict) -> bool:
+    """Whether a run shows again what its plan was saved for (the types that failed the
+    saved verdict): one of them fails this verdict too (Verdict.failing: a note does
+    not count); for a plan saved for nothing in particular, anything failing it."""
+    return bool(verdict.failing & saved_for) if saved_for else bool(verdict.failing)
 
 
 def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master: str | None = None,

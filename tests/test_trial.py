@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from onceproof.checkers.history import HistoryWriter
 from onceproof.checkers.store import convert
-from onceproof.trial import Counterexamples, Trial, exercised
+from onceproof.checkers.verdict import Verdict
+from onceproof.trial import Counterexamples, Trial, exercised, reproduces
 
 REC = {"topic": "t", "partition": 0, "key": "k"}
 
@@ -73,3 +74,19 @@ def test_a_search_keeps_its_own_smallest_counterexample_not_an_earlier_runs(tmp_
     assert not search.offer("s", _failed_trial(tmp_path / "bigger", 6), not_started)
     assert search.offer("s", _failed_trial(tmp_path / "shrunk", 3), not_started)
     assert kept.read_text() == "shrunk\n"
+
+
+def test_a_replay_reproduces_what_failed_the_saved_verdict_not_its_notes():
+    saved = Verdict(valid=False, counts={"aborted_read": 3, "g0": 47}, notes=["g0"])
+    assert saved.failing == {"aborted_read"}
+    # The replays of a delayed_end_txn counterexample: g0 cycles as notes in every run.
+    only_notes = Verdict(valid=True, counts={"g0": 54, "g_single": 1}, notes=["g0", "g_single"])
+    assert not reproduces(saved.failing, only_notes)
+    assert reproduces(saved.failing, Verdict(valid=False, counts={"aborted_read": 1, "g0": 3},
+                                             notes=["g0"]))
+    # The same type as a violation in the replay counts.
+    assert reproduces({"g0"}, Verdict(valid=False, counts={"g0": 2}))
+    assert not reproduces({"lost_write"}, Verdict(valid=False, counts={"duplicate": 1}))
+    # Saved for nothing in particular: anything that fails the run, a stall included.
+    assert reproduces(set(), Verdict(valid=True, counts={"late_return": 1}, stalls=["late_return"]))
+    assert not reproduces(set(), only_notes)
