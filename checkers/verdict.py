@@ -79,7 +79,7 @@ class Verdict:
         """The types that make this verdict fail: its violations and its stalls. Notes
         are not among them: a history with concurrent transactions shows g0 cycles as
         notes in almost every run, so counting them would make every run "show" them."""
-        return set(self.violations) | set(self.stalls)
+        return {t for t, n in self.violations.items() if n} | set(self.stalls)
 
     @property
     def fine(self) -> bool:
