@@ -288,6 +288,7 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
     import json
     from pathlib import Path
 
+    from onceproof.checkers.verdict import Verdict
     from onceproof.trial import reproduces, run_trial
     from onceproof.workloads.plan import PlanError, load, on_client
     path = Path(plan_file)
@@ -297,7 +298,6 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
                          java_client_version)
     except PlanError as exc:
         raise SetupError(str(exc)) from None
-    from onceproof.checkers.verdict import Verdict
     saved = folder / "verdict.json"
     # What the plan was saved for: what failed its verdict (violations, stalls), never
     # its notes, which most runs show (Verdict.failing); a run reproduces it when one of
