@@ -38,6 +38,11 @@ def log_settings(config: dict) -> dict:
     waits for the next poll, and its time would be when Python saw it."""
     return {"log.connection.close": False} if config.get("debug") else QUIET
 
+
+def asks_for_debug_log(plan: dict, spec: dict) -> bool:
+    """Whether a client's producer or consumer settings set librdkafka's `debug`."""
+    return any(s.get("debug") for s in (producer_settings(plan, spec), consumer_settings(plan, spec)))
+
 # How far ahead a librdkafka consumer fetches, unless a plan says otherwise: at least 1000
 # messages per partition rather than librdkafka's 100,000, at most 1 MiB queued, and
 # 64 KiB a partition a fetch rather than 1 MiB. A consumer that lags (a pipeline or

@@ -287,9 +287,8 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
     for_running()  # before the client's threads: see checkers/memory.py
     forward = Forwarder(conn)
     made: dict[str, Any] = {}
-    if context.get("logs") and any(settings.get("debug") for settings in (
-            clients.producer_settings(plan, spec), clients.consumer_settings(plan, spec))):
-        _stderr_to(Path(context["logs"]) / f"{process}.librdkafka.log")
+    if context.get("logs") and clients.asks_for_debug_log(plan, spec):
+        _stderr_to(Path(context["logs"]), process)
 
     def make() -> None:
         # In a thread of its own: making a client records ops (a consumer's assign),
@@ -326,13 +325,14 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
             trimmed = time.monotonic()
 
 
-def _stderr_to(path: Path) -> None:
+def _stderr_to(folder: Path, process: str) -> None:
     """Send this process's stderr, where librdkafka prints its debug log (run/clients.py
-    log_settings), to `path`. librdkafka stamps each line with the wall clock, the
-    history with the monotonic one: the first line gives both at one instant."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.write(fd, (f"# librdkafka's debug log of {path.name.split('.librdkafka')[0]}: wall clock "
+    log_settings), to folder/<process>.librdkafka.log. librdkafka stamps each line with
+    the wall clock, the history with the monotonic one: the first line gives both at one
+    instant."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f"{process}.librdkafka.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, (f"# librdkafka's debug log of {process}: wall clock "
                   f"{time.time():.6f} s = the history's time {time.monotonic_ns()} ns\n").encode())
     os.dup2(fd, 2)
     os.close(fd)
