@@ -365,6 +365,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
     for r in rows:
         if save_to and r.caught and not r.known_good and r.counterexample:
             click.echo(f"{r.suite} ({r.mode}): kept {keep_counterexample(r, save_to)}", err=True)
+    if any(r.error for r in rows):
+        sys.exit(2)  # the harness broke in a search: that search decided nothing
     # Suites the time limit stopped are shown as such, not counted as misses.
     sys.exit(0 if all((r.caught or r.cut) and not r.idle for r in rows) else 1)
 
@@ -421,13 +423,17 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
         click.echo(f"calibrating {h.name} ({h.bug}) on {len(h.legs)} legs ...", err=True)
         rows += search_legs(h, artifacts, nodes, spark_master, examples, budget, replays, seed,
                          deadline, on_leg=lambda row: click.echo(
-                             f"  {row.leg}: {row.outcome} {row.why_not}".rstrip(), err=True))
+                             f"  {row.leg}: {row.outcome} {row.why_not}".rstrip()
+                             + (f": {row.result.error}" if row.result and row.result.error else ""),
+                             err=True))
     Console(width=max(140, Console().width)).print(table(rows))
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
         # The same table for people, beside it (the nightly keeps both).
         Path(json_out).with_suffix(".md").write_text(markdown(rows))
+    if any(r.result is not None and r.result.error for r in rows):
+        sys.exit(2)  # the harness broke in a leg: that leg decided nothing
     sys.exit(0 if all(r.held or (r.result is not None and r.result.cut) for r in rows) else 1)
 
 
@@ -480,6 +486,8 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
+    if any(r.error for r in rows):
+        sys.exit(2)  # the harness broke in a hunt: that hunt decided nothing
     sys.exit(1 if any(r.caught or r.idle for r in rows) else 0)
 
 
@@ -522,6 +530,8 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                     click.echo(f"hunting {suite.name} ({shape}){on} ...", err=True)
                     rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
                                      replays, seed, deadline, shape, client))
+                    if rows[-1].error:
+                        click.echo(f"{suite.name} ({shape}){on}: {rows[-1].error}", err=True)
         version = cluster.version
     Console(width=max(120, Console().width)).print(_table(f"{title} (Kafka {version})", rows,
                                                           clients))
@@ -564,7 +574,8 @@ def _table(title: str, rows: list, clients: tuple[str, ...]):
 @kafka_version_option
 def install(kafka_version: str | None) -> None:
     """Fetch Kafka and its Java client (Maven Central; the Java client's agent compiled
-    against it) and toxiproxy (Go module proxy) into the cache."""
+    against it) and toxiproxy (its server built with the kafka toxic, from the Go module
+    proxy) into the cache."""
     from onceproof.cluster.provision import ensure_java_client, ensure_kafka, ensure_toxiproxy
     dist = ensure_kafka(kafka_version)
     java = ensure_java_client(dist.version)

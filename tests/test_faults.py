@@ -28,11 +28,20 @@ FULL = {
     "slicer": {"node": 1, "kinds": ["client"]}, "bandwidth": {"kb_per_s": 16, "node": 2},
     "cut_clients": {"nodes": [1, 2]}, "stop": {"node": 3}, "wipe": {"node": 3},
     "heal": {"all": True}, "resume": {"node": 2}, "start": {"node": 3},
+    "hold_request": {"api": ["EndTxn"], "client": "t0", "nth": 2, "count": 1, "node": "leader",
+                     "kinds": ["client"], "release_ms": 9000, "release_after": "Produce",
+                     "release_after_count": 2, "release_delay_ms": 100},
+    "drop_response": {"api": "Produce", "client": "t0", "nth": 1, "count": 2, "node": 1,
+                      "kinds": ["client"]},
+    "duplicate_request": {"api": "WriteTxnMarkers", "nth": 1, "count": 1, "node": 2,
+                          "kinds": ["repl"]},
+    "release": {},
 }
 
 
 def _plan(*fault_steps: dict) -> dict:
-    return {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
+    return {"topics": {"t": {"partitions": 1}},
+            "clients": {"p0": {"role": "producer"}, "t0": {"role": "txn_producer"}},
             "steps": [{"fault": s} for s in fault_steps]}
 
 

@@ -24,10 +24,11 @@ one more entry of TARGETS.
 Nothing here imports the harness: `act` drives the cluster it is handed (a Scene) through
 these primitives only: nodes, down_nodes, paused, kill/pause/resume/stop/start/restart/wipe(node),
 links(node, kinds), links_crossing(sides), disable(links), toxic(type, links, attributes,
-streams, toxicity), heal(), heal_all(), leader(topic, partition), followers(topic,
-partition), coordinator(kind, key). Which kinds a cluster can do at all is `cannot`, over
-the cluster's lacks(primitive) (a cluster the harness did not start has no links of ours
-and runs the user's commands for nodes).
+streams, toxicity), request_fault(links, attributes), release_requests(), heal(),
+heal_all(), leader(topic, partition), followers(topic, partition), coordinator(kind, key).
+Which kinds a cluster can do at all is `cannot`, over the cluster's lacks(primitive) (a
+cluster the harness did not start has no links of ours and runs the user's commands for
+nodes).
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ from hypothesis import strategies as st
 from .ops import GROUPED, TRANSACTIONAL
 
 LINK_KINDS = ("client", "repl", "ctl")
+# The nemesis op that records what a kafka toxic did (matched, held, released, dropped a
+# response, duplicated): one per event, its value the toxic's event.
+REQUEST_EVENT = "request"
 STREAMS = ("upstream", "downstream")
 
 
@@ -159,6 +163,7 @@ class Param:
     valid: Callable[[Any], bool]
     required: bool = False
     nodes: Callable[[Any], list] | None = None  # the node references a value holds
+    clients: bool = False  # the value names a client of the plan (plan.validate checks it)
 
 
 def _one(v) -> list:
@@ -200,6 +205,123 @@ TOXIC = {**LINKS, "toxicity": Param(
     "on an unaffected connection", _share)}
 
 
+# ---- request faults ---------------------------------------------------------------------
+# Kafka's api keys by the names of its protocol, as the kafka toxic names them
+# (harness/cluster/kafkatoxic/frame.go; a test keeps the two the same).
+KAFKA_APIS = (
+    "Produce", "Fetch", "ListOffsets", "Metadata", "OffsetCommit", "OffsetFetch",
+    "FindCoordinator", "JoinGroup", "Heartbeat", "LeaveGroup", "SyncGroup", "DescribeGroups",
+    "ListGroups", "ApiVersions", "CreateTopics", "DeleteTopics", "DeleteRecords",
+    "InitProducerId", "OffsetForLeaderEpoch", "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn",
+    "WriteTxnMarkers", "TxnOffsetCommit", "DescribeConfigs", "CreatePartitions",
+    "AlterPartition", "BrokerRegistration", "BrokerHeartbeat", "Vote", "BeginQuorumEpoch",
+    "EndQuorumEpoch", "DescribeQuorum", "FetchSnapshot", "ConsumerGroupHeartbeat",
+    "DescribeTransactions", "ListTransactions", "DescribeProducers", "AllocateProducerIds")
+# Requests whose body names the transactional id: a `client` filter matches on it, and
+# a release waits for one of them carrying the held request's id.
+TXN_ID_APIS = ("InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "Produce",
+               "TxnOffsetCommit", "EndTxn")
+# Requests only brokers and controllers send one another: on `repl` or `ctl` links.
+BROKER_APIS = frozenset({"WriteTxnMarkers", "AlterPartition", "BrokerRegistration",
+                         "BrokerHeartbeat", "Vote", "BeginQuorumEpoch", "EndQuorumEpoch",
+                         "FetchSnapshot", "AllocateProducerIds"})
+ACTIONS = ("hold_request", "drop_response", "duplicate_request")
+
+
+def _apis(v) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _is_apis(v) -> bool:
+    names = _apis(v) if isinstance(v, (str, list)) else []
+    return bool(names) and all(isinstance(a, str) and a in KAFKA_APIS for a in names)
+
+
+_API_DOC = ("a Kafka api key name or a list of them: " + ", ".join(KAFKA_APIS))
+REQUEST = {
+    "api": Param(_API_DOC, _is_apis, required=True),
+    "client": Param("a transactional client of the plan: only its requests, matched by its "
+                    "transactional id (which only " + ", ".join(TXN_ID_APIS) + " carry)",
+                    lambda v: isinstance(v, str) and bool(v), clients=True),
+    "nth": Param("a positive integer: the first matching request acted on, counted over "
+                 "every link of the fault (default 1)", _int(1)),
+    "count": Param("a positive integer: how many matching requests from the nth on "
+                   "(default 1)", _int(1)),
+    **LINKS,
+}
+HOLD_RELEASE = {
+    "release_ms": Param("a positive integer: milliseconds a held request waits", _int(1)),
+    "release_after": Param("an api key name: release once the held request's client (its "
+                           "transactional id) has sent `release_after_count` more of these "
+                           "past the fault's links since the hold", lambda v: _is_apis(v)
+                           and isinstance(v, str)),
+    "release_after_count": Param("a positive integer (default 1)", _int(1)),
+    "release_delay_ms": Param("a non-negative integer: milliseconds from the release_after "
+                              "condition to the release (default 0)", _int(0)),
+}
+
+
+def _request_problem(step: Step) -> str | None:
+    """The rules across a request fault's parameters: no fault that can never act, no
+    release that can never come."""
+    apis, kinds = _apis(step.get("api", [])), set(step.get("kinds", ["client"]))
+    broker = [a for a in apis if a in BROKER_APIS]
+    if broker and kinds == {"client"}:
+        return (f"{step['f']}: {broker[0]} travels between nodes, never from a client: give "
+                'kinds ["repl"] (or ["ctl"] for the KRaft quorum)')
+    if "client" in step and not set(apis) & set(TXN_ID_APIS):
+        return (f"{step['f']}: client matches by transactional id, which none of "
+                f"{', '.join(apis)} carry; match one of {', '.join(TXN_ID_APIS)}")
+    after = step.get("release_after")
+    if after is not None and set(apis) <= set(TXN_ID_APIS) and after not in TXN_ID_APIS:
+        return (f"{step['f']}: release_after {after} never carries the held request's "
+                f"transactional id, so the release would never come; use one of "
+                f"{', '.join(TXN_ID_APIS)}")
+    if ("release_after_count" in step or "release_delay_ms" in step) and after is None:
+        return f"{step['f']}: release_after_count and release_delay_ms need release_after"
+    return None
+
+
+def _request(action: str) -> Callable[[Scene, Step], Step]:
+    """A kafka toxic on the requests of the client links (or the `kinds` given) of one
+    node or all, one fault over all of them."""
+    def act(scene: Scene, step: Step) -> Step:
+        node = resolve(scene, step["node"]) if "node" in step else None
+        links = scene.cluster.links(node, tuple(step.get("kinds", ["client"])))
+        attributes = {"action": action, "api": _apis(step["api"]), "nth": step.get("nth", 1),
+                      "count": step.get("count", 1)}
+        if "client" in step:
+            attributes["transactional_id"] = scene.names.tid(step["client"])
+        if action == "hold_request":
+            attributes.update(release_ms=step.get("release_ms", 0),
+                              release_after_api=step.get("release_after", ""),
+                              release_after_count=step.get("release_after_count", 1),
+                              release_delay_ms=step.get("release_delay_ms", 0))
+        fault = scene.cluster.request_fault(links, attributes)
+        return {**step, **({"node": node} if node is not None else {}), "links": links,
+                "fault_id": fault}
+    return act
+
+
+def _release(scene: Scene, step: Step) -> Step:
+    return {**step, "faults": scene.cluster.release_requests()}
+
+
+def _request_label(v: Step) -> str:
+    what = "/".join(_apis(v.get("api", []))) or "request"
+    who = f" of {v['client']}" if "client" in v else ""
+    nth = v.get("nth", 1)
+    return (f"{v.get('f', 'request')} {what}{who}" + (f" #{nth}" if nth != 1 else "")
+            + (f" n{v['node']}" if "node" in v else ""))
+
+
+def _request_step(action: str, **more) -> Callable[[int], st.SearchStrategy]:
+    """A request fault on one transactional api of any client, for plans that name no
+    client (presets aim at one of the plan's)."""
+    return lambda nodes: st.sampled_from(TXN_ID_APIS).map(
+        lambda api: {"f": action, "api": api, **more})
+
+
 def _directions(default: tuple[str, ...]) -> Param:
     return Param(f"a list of {', '.join(STREAMS)} (default {', '.join(default)})", _subset(STREAMS))
 
@@ -214,7 +336,7 @@ HOLD = st.integers(1, 3)  # rounds a fault stays before its undo
 class Fault:
     name: str
     doc: str  # one line: what it does to the cluster
-    family: str  # "network" or "node": how the report groups its windows
+    family: str  # "network", "request" or "node": how the report groups its windows
     params: dict[str, Param]
     act: Callable[[Scene, Step], Step]
     window: str  # "until" (undone_by ends it), "instant", or "undo" (opens no window)
@@ -223,6 +345,7 @@ class Fault:
     undo: Callable[[Step], Step] | None = None  # the step that undoes a drawn one
     label: Callable[[Step], str] | None = None
     mixed: bool = True  # drawn by the named sets (mixed, net, node)
+    check: Callable[[Step], str | None] | None = None  # rules across its parameters
 
     def problem(self, step: Step) -> str | None:
         """What is wrong with a step of this kind, in one line, or None."""
@@ -237,7 +360,7 @@ class Fault:
                 return f"{self.name} takes {takes}, not {key!r}"
             if not self.params[key].valid(value):
                 return f"{self.name}'s {key} must be {self.params[key].doc}, not {value!r}"
-        return None
+        return self.check(step) if self.check else None
 
     def node_ids(self, step: Step) -> set[int]:
         """The node ids a (valid) step names, targets left out."""
@@ -343,6 +466,7 @@ def _with(unit: str, key: str, name: str) -> Callable[[Step], str]:
 
 
 _NETWORK = frozenset({"heal"})
+_HELD = frozenset({"heal", "release"})
 _NODE_DOWN = frozenset({"start", "restart"})
 
 _DEFINITIONS = [
@@ -404,7 +528,29 @@ _DEFINITIONS = [
           "leader: Kafka stops a voter that hears it led an epoch its empty disk forgot)",
           "node", {"node": NODE}, _on_node("wipe"), "until",
           _NODE_DOWN, _node_step("wipe"), _undo_on_node("start"), mixed=False),
+    # Request faults: a kafka toxic reads Kafka's framing and acts on one chosen request,
+    # so a late request is a plan step, not a draw of luck (docs/plans.md).
+    Fault("hold_request", "hold the matching requests (and what follows them on their "
+          "connection) while new connections pass; deliver them at the release (release_ms, "
+          "release_after, a `release` step, or the heal), even when the client has closed the "
+          "connection they came on", "request", {**REQUEST, **HOLD_RELEASE},
+          _request("hold_request"), "until", _HELD,
+          _request_step("hold_request", release_ms=5000), _heal, _request_label, mixed=False,
+          check=_request_problem),
+    Fault("drop_response", "deliver the matching requests, then close their connection "
+          "before the response: the request took effect, the client does not know", "request",
+          dict(REQUEST), _request("drop_response"), "until", _NETWORK,
+          _request_step("drop_response"), _heal, _request_label, mixed=False,
+          check=_request_problem),
+    Fault("duplicate_request", "deliver the matching requests twice: on their connection, "
+          "and a copy on a fresh connection to the same node (a retransmission), whose "
+          "response is discarded", "request", dict(REQUEST), _request("duplicate_request"),
+          "until", _NETWORK, _request_step("duplicate_request"), _heal, _request_label,
+          mixed=False, check=_request_problem),
     # Undos.
+    Fault("release", "deliver every request a hold_request holds now (its toxics stay, "
+          "acting on no more requests than they were told, until the heal)", "request", {},
+          _release, "undo"),
     Fault("heal", "enable every link and remove every toxic; with `all`, also resume and "
           "start every node and wait until the cluster is ready", "network",
           {"all": Param("true or false", lambda v: isinstance(v, bool))}, _heal_act, "undo",
@@ -498,6 +644,48 @@ def _late(ref: str) -> st.SearchStrategy:
                     "streams": ["upstream"]})
 
 
+def _aimed_client(make: Callable[[str], st.SearchStrategy]
+                  ) -> Callable[[int, dict], st.SearchStrategy]:
+    """A request fault on the requests of one of the plan's transactional clients."""
+    return lambda nodes, plan: _clients_of(TRANSACTIONAL, "a request fault")(plan).flatmap(make)
+
+
+def _hold_endtxn(client: str) -> st.SearchStrategy:
+    # Held past the client's request timeout, it retries the EndTxn on a new connection,
+    # which passes and is answered; the next transaction begins and writes, and the held
+    # request lands in it (KAFKA-17754's order, made by the proxy, not by luck).
+    return st.sampled_from([0, 100, 500]).map(
+        lambda delay: {"f": "hold_request", "api": "EndTxn", "client": client,
+                       "release_after": "Produce", "release_delay_ms": delay})
+
+
+def _hold_txn_request(client: str) -> st.SearchStrategy:
+    # Any request of a transaction, let go after a later request of the same client, so
+    # it lands after its retry and inside what the client did next; or after a time.
+    by_event = st.tuples(st.sampled_from(TXN_ID_APIS),
+                         st.sampled_from(["Produce", "AddPartitionsToTxn", "EndTxn",
+                                          "AddOffsetsToTxn"]),
+                         st.integers(1, 3)).map(
+        lambda t: {"f": "hold_request", "api": t[0], "client": client, "release_after": t[1],
+                   "release_after_count": t[2]})
+    by_time = st.tuples(st.sampled_from(TXN_ID_APIS), st.sampled_from([1000, 4000, 10000])).map(
+        lambda t: {"f": "hold_request", "api": t[0], "client": client, "release_ms": t[1]})
+    return st.one_of(by_event, by_time)
+
+
+def _once(action: str) -> Callable[[str], st.SearchStrategy]:
+    return lambda client: st.tuples(st.sampled_from(TXN_ID_APIS), st.integers(1, 3)).map(
+        lambda t: {"f": action, "api": t[0], "client": client, "nth": t[1]})
+
+
+def _marker(action: str, **more) -> Callable[[int, dict], st.SearchStrategy]:
+    # Transaction markers travel from the coordinator to each partition's leader on the
+    # replication links; a late one must not land in the producer's next transaction.
+    return lambda nodes, plan: st.integers(1, 3).map(
+        lambda nth: {"f": action, "api": "WriteTxnMarkers", "kinds": ["repl"], "nth": nth,
+                     **more})
+
+
 PRESETS = {p.name: p for p in [
     Preset("slow_acks", "latency of 3 s on responses only: a write lands, its producer does "
            "not hear of it in time and retries", "latency",
@@ -523,7 +711,30 @@ PRESETS = {p.name: p for p in [
             rounds_hold=st.integers(2, 4))
 ] + [Preset(f"slow_{aim}", f"latency of 100-5000 ms on 30-70% of the client connections "
             f"of {what}", "latency", _aimed(aim, _slow))
-     for aim, (what, _) in _AIMS.items()]}
+     for aim, (what, _) in _AIMS.items()
+] + [Preset("hold_endtxn", "hold the next EndTxn of one of the plan's transactional clients "
+            "until its next transaction has written (a Produce passed), then 0-500 ms more: "
+            "the client's retry ended the transaction, the held one lands in the next",
+            "hold_request", _aimed_client(_hold_endtxn)),
+     Preset("hold_txn_request", "hold the next request of a transaction (InitProducerId, "
+            "AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit or EndTxn) of one "
+            "of the plan's transactional clients until it sent 1-3 more of a kind, or for "
+            "1-10 s", "hold_request", _aimed_client(_hold_txn_request)),
+     Preset("drop_txn_response", "drop the response to the 1st-3rd next request of a "
+            "transaction of one of the plan's transactional clients", "drop_response",
+            _aimed_client(_once("drop_response"))),
+     Preset("duplicate_txn_request", "send the 1st-3rd next request of a transaction of one "
+            "of the plan's transactional clients twice", "duplicate_request",
+            _aimed_client(_once("duplicate_request"))),
+     Preset("duplicate_produce", "send the next Produce request twice", "duplicate_request",
+            lambda nodes, plan: st.just({"f": "duplicate_request", "api": "Produce"})),
+     Preset("hold_marker", "hold the 1st-3rd next transaction marker request "
+            "(WriteTxnMarkers, between nodes) for 2-8 s", "hold_request",
+            lambda nodes, plan: st.tuples(st.integers(1, 3), st.sampled_from([2000, 8000])).map(
+                lambda t: {"f": "hold_request", "api": "WriteTxnMarkers", "kinds": ["repl"],
+                           "nth": t[0], "release_ms": t[1]})),
+     Preset("duplicate_marker", "send the 1st-3rd next transaction marker request twice",
+            "duplicate_request", _marker("duplicate_request"))]}
 
 DRAWN = tuple(f.name for f in _DEFINITIONS if f.first) + tuple(PRESETS)
 SETS = {
@@ -548,7 +759,7 @@ def cannot(kind: str, cluster) -> str | None:
     fault = FAULTS[kind]
     if kind == "heal":
         return None
-    if fault.family == "network":
+    if fault.family in ("network", "request"):
         return cluster.lacks("links")
     undo = [fault.undo({"f": kind, "node": 1})["f"]] if fault.undo else []
     whys = [why for k in (kind, *undo) if (why := cluster.lacks(k))]
@@ -572,6 +783,11 @@ def kind_of(name: str) -> str:
 def node_ids(step: Step) -> set[int]:
     """The node ids a valid fault step names, so a run can check them against its cluster."""
     return FAULTS[step["f"]].node_ids(step)
+
+
+def clients(step: Step) -> list[str]:
+    """The plan clients a valid fault step names (not as targets)."""
+    return [step[p] for p, spec in FAULTS[step["f"]].params.items() if spec.clients and p in step]
 
 
 def targets(step: Step) -> list[tuple[str, str | None]]:
@@ -628,6 +844,8 @@ def label(f: str, value: dict | None) -> str:
 
 
 def category(f: str) -> str:
+    if f == REQUEST_EVENT:
+        return "request"
     return FAULTS[f].family if f in FAULTS else "other"
 
 

@@ -279,6 +279,12 @@ def fault_problem(plan: dict, step) -> str | None:
     problem = faults.problem(step)
     if problem:
         return problem
+    for client in faults.clients(step):
+        role = plan["clients"].get(client, {}).get("role")
+        if role not in TRANSACTIONAL:
+            return (f"{step['f']}'s client needs a client of the plan with role "
+                    f"{' or '.join(sorted(TRANSACTIONAL))}, and {client!r} is "
+                    + (f"a {role}" if role else "no client of the plan"))
     for name, arg in faults.targets(step):
         if name in ("txn_coordinator", "group_coordinator"):
             roles = TRANSACTIONAL if name == "txn_coordinator" else GROUPED

@@ -241,6 +241,30 @@ SUITES = {s.name: s for s in [
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
+    # One known-good suite per request fault, on the correct configuration; and the
+    # known-bad twin of duplicate_request.
+    Suite("held_produce_verified",
+          "transactional producers whose Produce requests are held until after later "
+          "requests of theirs (the transaction's end included) or for seconds: the "
+          "partition leader checks a transactional write against its coordinator "
+          "(KIP-890 part 1, on by default from 3.6), so a late one is refused",
+          frozenset(), "transactions", faults=("hold_txn_request",), fault_percent=60,
+          since="3.6.0: the first release that verifies transactional writes"),
+    Suite("dropped_txn_responses",
+          "transactional producers and a read_committed consumer whose requests take "
+          "effect while their responses are lost: every retry must be recognised",
+          frozenset(), "transactions", faults=("drop_txn_response",), fault_percent=60),
+    Suite("duplicated_requests_idempotent",
+          "idempotent producers and transactional ones whose requests (Produce included) "
+          "reach the broker twice: its sequence and epoch checks keep one",
+          frozenset(), "transactions", faults=("duplicate_txn_request", "duplicate_produce"),
+          options={"all_clients": True}, fault_percent=60),
+    Suite("duplicated_produce_plain",
+          "a producer without idempotence whose Produce request reaches the broker twice: "
+          "the broker has nothing to tell the copy by and appends it again",
+          frozenset({"duplicate"}), "producers",
+          config={"producer": {"enable.idempotence": False, "acks": "all"}},
+          faults=("duplicate_produce",), fault_percent=60),
 ]}
 
 
@@ -267,6 +291,28 @@ HUNTS = {s.name: s for s in [
           hunts="KAFKA-17754 class (KIP-890): a delayed EndTxn or produce of one transaction "
                 "lands in the next; librdkafka speaks transaction protocol v1, which KIP-890 "
                 "part 2 does not protect (librdkafka #5423)"),
+    Suite("late_txn_requests",
+          "transactional producers and read-write transactions whose requests, one at a "
+          "time, are held until the client has moved on, answered without the client "
+          "hearing it, or sent twice; and transaction markers between nodes held or sent "
+          "twice",
+          frozenset(), "transactions",
+          faults=("hold_txn_request", "hold_endtxn", "drop_txn_response",
+                  "duplicate_txn_request", "hold_marker", "duplicate_marker"),
+          seconds=HUNT_SECONDS,
+          hunts="the KAFKA-17754 family (a request that arrives after its retry): "
+                "request-level faults on every request of a transaction, client and broker "
+                "links (docs/plans.md, request faults)"),
+    Suite("late_pipeline_requests",
+          "consume-transform-produce pipelines whose transactions' requests, offsets "
+          "included (AddOffsetsToTxn, TxnOffsetCommit), are held, answered unheard or sent "
+          "twice; and transaction markers between nodes held or sent twice",
+          frozenset(), "pipeline",
+          faults=("hold_txn_request", "hold_endtxn", "drop_txn_response",
+                  "duplicate_txn_request", "hold_marker", "duplicate_marker"),
+          seconds=HUNT_SECONDS,
+          hunts="the KAFKA-17754 family on the offsets of a transaction: a late "
+                "TxnOffsetCommit or EndTxn moving a group's offsets in the next transaction"),
     Suite("idempotent_leader_churn",
           "idempotent producers (acks=all, 5 requests in flight), each sending from 4 "
           "threads at once, every send across up to 12 of 12 partitions, while partition "
@@ -405,22 +451,33 @@ HISTORICAL = {h.name: h for h in [
              why="verification off, the Java client 3.8.0 (transaction protocol v1): "
                  "nothing fences it", tag="noverify-java-3.8.0", client="java:3.8.0"))),
     Historical(
-        replace(HUNTS["delayed_end_txn"], name="kafka_17754",
-                expect=frozenset({"aborted_read", "lost_write", "torn_txn"}), hunts="",
-                shapes=("concurrent",)),
+        Suite("kafka_17754",
+              "transactional producers and read-write transactions, a read_committed "
+              "consumer; the next EndTxn of one transactional client at a time is held "
+              "past its request timeout, its retry passes and is answered, and the held "
+              "one is let go once the client's next transaction has written",
+              frozenset({"aborted_read", "lost_write", "torn_txn"}), "transactions",
+              # A request timeout of 3 s, so the client retries the held EndTxn soon; a
+              # transaction timeout of a minute, so the coordinator does not end the
+              # next transaction on its own before the held request lands.
+              config={"producer": {"socket.timeout.ms": 3000, "message.timeout.ms": 10000,
+                                   "transaction.timeout.ms": 60000}},
+              faults=("hold_endtxn",), interval=8.0, seconds=(30, 60),
+              shapes=("concurrent",)),
         "KAFKA-17754",
         "KAFKA-17754 (a delayed EndTxn or produce of one transaction lands in the "
         "producer's next, which has the same epoch under transaction protocol v1: an "
         "aborted transaction's writes become visible, a committed one's are lost or torn), "
         "found by Jepsen with the Java client 3.8.0; closed by KIP-890 part 2 (Kafka 4.0, "
         "transaction protocol v2: an epoch bump on every commit or abort, so the late "
-        "request is fenced), for clients that speak v2. The suite is the delayed_end_txn "
-        "hunt (its faults delay requests to the transaction coordinator past the clients' "
-        "3 s request timeout)",
+        "request is fenced), for clients that speak v2. The suite holds the EndTxn itself "
+        "(hold_endtxn, a request fault): the order the bug needs is made by the proxy",
         (Leg("3.8.1", True, client="java:3.8.0",
              why="where Jepsen found it: a 3.8 cluster, the Java client 3.8.0"),
          Leg(NEWEST_KAFKA, True, client="java:3.8.0", tag="java-3.8.0",
              why="the newest brokers and a v1 client: part 2 needs the client's bump"),
+         Leg(NEWEST_KAFKA, True, tag="librdkafka",
+             why="the newest brokers and librdkafka, which speaks only v1 (librdkafka #5423)"),
          Leg(NEWEST_KAFKA, False, client="java", tag="java",
              why="the newest brokers and the Java client of the release, on v2"))),
     Historical(

@@ -58,7 +58,8 @@ log4j.appender.file.layout=org.apache.log4j.PatternLayout
 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
-TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close", "limit_data"}
+TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close", "limit_data",
+          "kafka"}
 
 
 class Cluster(Metadata):
@@ -86,6 +87,8 @@ class Cluster(Metadata):
         self.toxics: list[dict] = []  # {name, type, link, stream, attributes, toxicity}
         self.paused: set[int] = set()
         self.down_nodes: set[int] = set()
+        self._request_faults = 0  # request faults applied: each gets an id of its own
+        self._events_read = 0  # how far request_events has read the toxic's event file
         # Told about events of the harness's own instruments (a toxiproxy restart), so a
         # runner can record them in the history.
         self.on_event = None
@@ -100,6 +103,7 @@ class Cluster(Metadata):
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
+        self._events_read = 0
         self._topology = Topology.allocate(self.n)
         try:
             self._start_toxiproxy(toxiproxy)
@@ -178,7 +182,7 @@ class Cluster(Metadata):
         binary = binary or ensure_toxiproxy()
         port = self.topology.toxiproxy_api
         self.pids["toxiproxy"] = procs.spawn(
-            [str(binary), "-host", HOST, "-port", str(port)],
+            [str(binary), "-host", HOST, "-port", str(port), "-events", str(self.events_file)],
             self.root / "toxiproxy.log", owned=self.owned)
         self._toxi = Toxi(HOST, port)
         deadline = time.monotonic() + 20
@@ -448,8 +452,57 @@ class Cluster(Metadata):
                 self.toxics.append(toxic)
                 self.save_state()
 
+    def request_fault(self, links: list[str], attributes: dict) -> str:
+        """A kafka toxic (kafkatoxic/) on the requests of these links, all of one fault: it
+        counts its matches and releases what it holds across them. Returns the fault's
+        id, which its events (request_events) name."""
+        self._known(links)
+        self._request_faults += 1
+        fault = f"{attributes['action']}-{self._request_faults}"
+        upstream = {l.name: l.upstream for l in self.topology.links}
+        for name in links:
+            toxic = {"name": f"kafka_{fault}", "type": "kafka", "link": name,
+                     "stream": "upstream", "toxicity": 1.0,
+                     "attributes": {**attributes, "fault": fault, "proxy": name,
+                                    "upstream": f"{HOST}:{upstream[name]}"}}
+            self._net(self.toxi.add_toxic, name, "kafka", "upstream", toxic["attributes"],
+                      1.0, name=toxic["name"])
+            self.toxics.append(toxic)
+            self.save_state()
+        return fault
+
+    def release_requests(self) -> list[str]:
+        """Deliver every request a kafka toxic holds, now; the toxics stay until heal.
+        Returns the ids of the faults told."""
+        told = []
+        for t in self.toxics:
+            if t["type"] == "kafka" and not t["attributes"].get("released"):
+                t["attributes"] = {**t["attributes"], "released": True}
+                self._net(self.toxi.update_toxic, t["link"], t["name"], t["attributes"])
+                told.append(t["attributes"]["fault"])
+        self.save_state()
+        return sorted(set(told))
+
+    @property
+    def events_file(self) -> Path:
+        """Where the kafka toxic appends what it matched, held and released (JSON lines)."""
+        return self.root / "toxic-events.jsonl"
+
+    def request_events(self) -> list[dict]:
+        """The kafka toxic's events written since the last call, oldest first."""
+        try:
+            with open(self.events_file, "rb") as fh:
+                fh.seek(self._events_read)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        whole = data[:data.rfind(b"\n") + 1]  # a line being written waits for the next call
+        self._events_read += len(whole)
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
+
     def heal(self) -> None:
-        """Every link enabled, every toxic gone. Nodes stay as they are."""
+        """Every link enabled, every toxic gone (what a kafka toxic held is delivered as it
+        goes). Nodes stay as they are."""
         self._net(self.toxi.reset)
         self.disabled.clear()
         self.toxics.clear()

@@ -306,6 +306,16 @@ class ExternalCluster(Metadata):
     def toxic(self, *args, **kwargs) -> None:
         raise SetupError(self.lacks("links") or "")
 
+    def request_fault(self, links: list[str], attributes: dict) -> str:
+        raise SetupError(self.lacks("links") or "")
+
+    def release_requests(self) -> list[str]:
+        return []
+
+    def request_events(self) -> list[dict]:
+        """No kafka toxic of ours sits on this cluster's links: nothing to tell."""
+        return []
+
     def heal(self) -> None:
         """No link of this cluster is ours to break, so none needs healing."""
 

@@ -7,6 +7,7 @@ binding that version's own distribution ships (log4j2 for 4.x, reload4j for 3.x)
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -26,8 +27,7 @@ DEFAULT_KAFKA_VERSION = TESTED_KAFKA_VERSIONS[0]
 # CI's pair, and the releases hunts run on unless told: the default, and the newest line
 # before KIP-890's transaction verification (3.6), where KAFKA-12671 is documented.
 CI_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, "3.5.2")
-TOXIPROXY_VERSION = "v2.12.0"  # the newest release; `go install` builds it with Go 1.23+
-TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
+TOXIPROXY_VERSION = "v2.12.0"  # the newest release; kafkatoxic/go.mod pins the same
 
 _BINDINGS = {
     # major version -> (groupId, artifactId, version) the distribution ships for logging
@@ -113,20 +113,44 @@ def ensure_kafka(version: str | None = None) -> KafkaDist:
     return KafkaDist(version, libs)
 
 
+# The toxiproxy server the harness runs is our own build of toxiproxy's library: its
+# server plus the `kafka` toxic (harness/cluster/kafkatoxic/, Go), which reads Kafka's
+# request framing so a fault can hold, drop the response of, or repeat one chosen request.
+# toxiproxy documents this as the way to add toxics (CREATING_TOXICS.md): a program that
+# registers them and starts the server. Its go.mod pins toxiproxy at TOXIPROXY_VERSION.
+KAFKATOXIC_SOURCE = Path(__file__).resolve().parent / "kafkatoxic"
+
+
+def _source_digest(folder: Path) -> str:
+    """What the build depends on, so an edited toxic is rebuilt and an unchanged one is not."""
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if (f.suffix == ".go" and not f.name.endswith("_test.go")) or f.name in ("go.mod", "go.sum"):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def ensure_toxiproxy() -> Path:
-    gobin = cache_dir() / "toxiproxy" / TOXIPROXY_VERSION
-    binary = gobin / "server"
+    """The toxiproxy server with the kafka toxic, built by `go build` and cached by the
+    digest of its source (Go fetches toxiproxy's module from the Go module proxy)."""
+    home = cache_dir() / "toxiproxy" / f"{TOXIPROXY_VERSION}-kafka-{_source_digest(KAFKATOXIC_SOURCE)}"
+    binary = home / "server"
     if binary.exists():
         return binary
-    go = _need("go", "install Go 1.21 or newer (Debian: apt-get install golang)")
-    gobin.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, GOBIN=str(gobin))
-    proc = subprocess.run([go, "install", f"{TOXIPROXY_MODULE}@{TOXIPROXY_VERSION}"],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0 or not binary.exists():
+    go = _need("go", "install Go 1.23 or newer (Debian: apt-get install golang)")
+    home.mkdir(parents=True, exist_ok=True)
+    partial = home / "server.partial"
+    # GOFLAGS=-mod=mod: the sums in go.sum are checked; nothing is written back to the
+    # source folder, which may be read-only inside an installed wheel.
+    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    proc = subprocess.run([go, "build", "-trimpath", "-o", str(partial), "."],
+                          cwd=KAFKATOXIC_SOURCE, capture_output=True, text=True, env=env)
+    if proc.returncode != 0 or not partial.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-2:]
-        raise SetupError(f"go install of toxiproxy {TOXIPROXY_VERSION} failed "
-                         f"({' | '.join(tail)}); check the Go module proxy is reachable")
+        raise SetupError(f"go build of the toxiproxy server (toxiproxy {TOXIPROXY_VERSION} "
+                         f"with the kafka toxic) failed ({' | '.join(tail)}); check Go is 1.23 "
+                         "or newer and the Go module proxy is reachable")
+    partial.rename(binary)
     return binary
 
 

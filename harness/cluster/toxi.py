@@ -93,6 +93,9 @@ class Toxi:
             "attributes": attributes or {}})
         return name
 
+    def update_toxic(self, proxy: str, name: str, attributes: dict) -> None:
+        StrictAPI.post(f"/proxies/{proxy}/toxics/{name}", json={"attributes": attributes})
+
     def reset(self) -> None:
         """Enable every proxy and remove every toxic."""
         StrictAPI.post("/reset")

@@ -8,6 +8,11 @@ one; the settle phase's `heal {"all": true}` ends everything), the longest time 
 have been in force. An instant fault (restart) is a window of its own op, unless it ended
 one. A fault that `fail`ed was not applied and opens nothing; one that ended `info` may
 have been, so it opens a window marked uncertain.
+
+What a request fault did to single requests comes as `request` ops (run/toxic_events.py):
+a held request is a window from its `hold` to its `release` (matched by fault, link and
+correlation id), labelled with what was held and why it was let go; a dropped response
+or a copy is a point. Matches alone draw nothing.
 """
 from __future__ import annotations
 
@@ -43,13 +48,47 @@ def _node(value: dict):
     return node if isinstance(node, int) else None  # a target not resolved: any node
 
 
+def _request_what(value: dict) -> str:
+    client = value.get("client") or value.get("transactional_id") or value.get("client_id")
+    return f"{value.get('api', 'request')}" + (f" of {client}" if client else "")
+
+
+_REQUEST_POINTS = {"drop_response": "response dropped", "duplicate": "sent twice",
+                   "unparsed": "not Kafka's framing: passed through"}
+
+
+def _request_windows(ops: pd.DataFrame, end: float) -> list[Window]:
+    """The windows of the request events (REQUEST_EVENT ops), in the order they began."""
+    out: list[Window] = []
+    held: dict[tuple, Window] = {}
+    for op in ops.sort_values("start").itertuples(index=False):
+        value = op.done_value or op.value or {}
+        event = value.get("event")
+        key = (value.get("fault"), value.get("link"), value.get("correlation_id"))
+        if event == "hold":
+            w = Window(registry.REQUEST_EVENT, f"{_request_what(value)} held {op.start:.1f} s",
+                       op.start, end, op.op, None)
+            held[key] = w
+            out.append(w)
+        elif event == "release" and key in held:
+            w = held.pop(key)
+            w.end, w.closed_by = op.start, op.op
+            w.label += f" -> released {op.start:.1f} s ({value.get('reason', '?')})"
+        elif event in _REQUEST_POINTS:
+            out.append(Window(registry.REQUEST_EVENT,
+                              f"{_request_what(value)}: {_REQUEST_POINTS[event]}", op.start,
+                              op.start, op.op, op.op, point=True))
+    return out
+
+
 def windows(faults: pd.DataFrame, end: float) -> list[Window]:
     """faults: the history's nemesis ops with their parameters (report.history.History.
     fault_ops: value, done_value); end: the history's last second."""
-    out: list[Window] = []
+    requests = faults["f"] == registry.REQUEST_EVENT
+    out: list[Window] = _request_windows(faults[requests], end)
     open_: list[Window] = []
     nodes: dict[int, object] = {}
-    for op in faults.sort_values("start").itertuples(index=False):
+    for op in faults[~requests].sort_values("start").itertuples(index=False):
         asked = op.value or {}
         # The completion names what the runner resolved ("leader" -> a node id).
         value = op.done_value or asked

@@ -111,6 +111,11 @@ class RunContext:
         """The transactional id of a client (every process of it)."""
         return f"{self.prefix}tx-{client}"
 
+    def client_of_tid(self, tid: str) -> str | None:
+        """The plan client whose transactional id this is (tid's inverse), or None."""
+        mine = f"{self.prefix}tx-"
+        return tid[len(mine):] if tid.startswith(mine) and tid[len(mine):] in self.clients else None
+
     def group(self, name: str) -> str:
         return f"{self.prefix}{name}"
 

@@ -39,6 +39,7 @@ from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunConte
 from onceproof.run.fleet import Fleet
 from onceproof.run.jvm import unknown_settings
 from onceproof.run.outcomes import describe, error_of
+from onceproof.run.toxic_events import ToxicEvents
 from onceproof.workloads import faults
 from onceproof.workloads.ops import GROUPED
 from onceproof.workloads.plan import (
@@ -84,24 +85,12 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
         cluster.ensure_instruments()
         cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
         writer.fault(CLUSTER, {**under_test(cluster), "clients": client_libraries(plan, java)})
+        summary: dict = {}
         try:
-            _create_topics(cluster, ctx, plan)
-            try:
-                fleet = Fleet(plan, ctx)
-            except KafkaException as exc:
-                raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
-            driver = load if concurrent(plan) else rounds
-            try:
-                summary = driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
-                                       on_progress)
-                if on_progress:
-                    on_progress(1, 1, "settling, final reads")
-                fleet.close(plan["clients"])
-            finally:
-                fleet.end()
-            _settle(cluster, ctx, plan)
-            _final_reads(cluster, ctx, plan)
-            _final_offsets(ctx, plan)
+            # What a request fault does to single requests, from the first fault to the
+            # settle's heal, which delivers what is still held.
+            with ToxicEvents(cluster, writer, ctx.client_of_tid):
+                _workload(cluster, ctx, plan, on_progress, summary)
         finally:
             cluster.on_event = None
             # Whatever happened, the next run gets a healthy cluster, and a cluster that
@@ -113,6 +102,28 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
             "faults": len(fault_steps(plan)), "clients": client_libraries(plan, java),
             "txn_protocols": {(f"v{v}" if v else "unknown"): n
                               for v, n in sorted(ctx.txn_protocols.items())}, **summary}
+
+
+def _workload(cluster: AnyCluster, ctx: RunContext, plan: dict, on_progress: Progress | None,
+              summary: dict) -> None:
+    """Phases 1 to 3; `summary` gets the driver's (ops started, processes replaced)."""
+    _create_topics(cluster, ctx, plan)
+    try:
+        fleet = Fleet(plan, ctx)
+    except KafkaException as exc:
+        raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
+    driver = load if concurrent(plan) else rounds
+    try:
+        summary.update(driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
+                                    on_progress))
+        if on_progress:
+            on_progress(1, 1, "settling, final reads")
+        fleet.close(plan["clients"])
+    finally:
+        fleet.end()
+    _settle(cluster, ctx, plan)
+    _final_reads(cluster, ctx, plan)
+    _final_offsets(ctx, plan)
 
 
 def under_test(cluster: AnyCluster) -> dict:
