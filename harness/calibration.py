@@ -41,6 +41,8 @@ class LegResult:
         r = self.result
         if r is None:
             return "did not start"
+        if r.error:
+            return "HARNESS ERROR"
         if r.examples == 0:
             return "not run (time limit)"
         if r.idle:

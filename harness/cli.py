@@ -352,7 +352,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
            kafka_version, clients, spark_master, artifacts, bootstrap, client_pairs,
            client_config_file, fault_commands, keep) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
-    With --bootstrap, the suites your cluster and fault commands can run."""
+    With --bootstrap, the suites your cluster and fault commands can run. Exit 2 when the
+    harness broke in a search (its traceback is in the artifacts' errors/)."""
     from onceproof.search import keep as keep_counterexample
     from onceproof.workloads.suites import SUITES
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
@@ -394,7 +395,8 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
     """Calibrate against history: each documented Kafka bug (workloads/suites.py
     HISTORICAL) searched with a correct application on a release that had it (it must be
     found) and on releases that fixed it (they must pass), side by side, each on a fresh
-    cluster. Exit 0 when every leg did what it must."""
+    cluster. Exit 0 when every leg did what it must, 2 when the harness broke in one (its
+    traceback is in the artifacts' errors/)."""
     import json
     import time
     from dataclasses import replace
@@ -461,7 +463,8 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     """Hunt for real bugs: correct configurations under the faults a known exposure needs
     (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
     a violation or a stall (read its counterexample op by op before reporting it:
-    docs/findings.md), or exercised nothing (no write acknowledged, nothing committed)."""
+    docs/findings.md), or exercised nothing (no write acknowledged, nothing committed);
+    exit 2 when the harness broke in a hunt (its traceback is in the artifacts' errors/)."""
     import json
     from pathlib import Path
 

@@ -7,15 +7,24 @@ calling the failure flaky, which for a nondeterministic system it is), and the s
 failure seen so far, kept by Counterexamples, is the result. A session deadline stops
 every search the same way; a search it stopped is `cut`.
 
+A search ends "passed" or "none found" only when every plan it ran came to a verdict. The
+one failure it asks Hypothesis for is `Shown`, raised by a suite's `attempt` for a plan
+that showed what the suite is hunted for; any other exception (an `assert` of the harness
+or the checkers included) stops the search as an error of the harness (`Search.broke`):
+its traceback in the artifacts, one line in the result, which fails the suite, the hunt
+or the calibration leg.
+
 A known-bad suite's smallest counterexample can be kept (`keep`) as one JSON file, the
-plan and what it showed, and proven again later by replaying it (`replay_kept`): a few
-runs of a plan that once failed cost far less than the search that found it.
+plan, what it showed and the suite's settings it was found with (`suite_settings`), and
+proven again later by replaying it (`replay_kept`): a few runs of a plan that once failed
+cost far less than the search that found it.
 """
 from __future__ import annotations
 
 import datetime
 import json
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -27,15 +36,23 @@ from hypothesis.errors import Flaky
 
 from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.external import AnyCluster
+from onceproof.errors import SetupError
 from onceproof.trial import Counterexamples, Trial, run_trial
 from onceproof.workloads.plan import client_spec, load, on_client, size
 from onceproof.workloads.suites import Suite
 
 
+class Shown(Exception):
+    """A plan showed what its suite is hunted for: the failure a suite's search asks
+    Hypothesis to find and shrink, raised only by `hunt`'s attempt. No other exception
+    out of a search is a result."""
+
+
 class Search:
     """One search's policy: runs plans on a cluster, counts them, adds up what they
     exercised, offers failures to Counterexamples under `name`, and stops running plans
-    once the budget after the first failure or the deadline (a monotonic time) is spent.
+    once the budget after the first failure or the deadline (a monotonic time) is spent,
+    or once an error of the harness broke it (`broke`).
     on_cut(examples run) is called whenever the deadline refuses a plan."""
 
     def __init__(self, name: str, cluster: AnyCluster, artifacts: str | Path,
@@ -48,6 +65,9 @@ class Search:
         self.client, self.java_client_version = client, java_client_version
         self.budget, self.deadline, self.on_cut = budget, deadline, on_cut
         self.scratch = Path(artifacts) / "trials" / name
+        self.errors = Path(artifacts) / "errors"
+        # One line on the error of the harness that stopped this search (see broke).
+        self.error: str | None = None
         self.store = Counterexamples(Path(artifacts) / "counterexamples")
         self.started = time.monotonic()
         self.examples = 0
@@ -60,6 +80,8 @@ class Search:
 
     def spent(self) -> bool:
         """Whether no further plan may run; notes a stop by the deadline as `cut`."""
+        if self.error is not None:
+            return True
         if (self.seconds_to_first is not None
                 and time.monotonic() - self.started - self.seconds_to_first > self.budget):
             return True
@@ -92,6 +114,18 @@ class Search:
         return (f"{', '.join(sorted(trial.verdict.failing)) or 'invalid verdict'}; smallest "
                 f"counterexample: {where} (replay: onceproof replay {where})")
 
+    def broke(self, exc: BaseException) -> str:
+        """Record an error of the harness (not a plan's verdict) that stops this search:
+        its traceback in errors/<name>.txt under the artifacts; returns, and keeps as
+        `error`, one line naming it and that file. No plan runs after it."""
+        self.errors.mkdir(parents=True, exist_ok=True)
+        path = self.errors / f"{self.name}.txt"
+        path.write_text("".join(traceback.format_exception(exc)))
+        said = next((line for line in str(exc).splitlines() if line.strip()), "")
+        self.error = (f"harness error ({type(exc).__name__}{': ' + said if said else ''}); "
+                      f"traceback in {path}")
+        return self.error
+
     @property
     def counterexample(self) -> Path | None:
         """The folder of the smallest failing plan saved under this search's name, once
@@ -123,6 +157,12 @@ class HuntResult:
     found: list[str] = field(default_factory=list)  # what the counterexample showed
     kafka_version: str = ""
     client: str | None = None  # the client library the plans ran on (None: as they say)
+    # One line on an error of the harness that stopped the search (Search.broke): the
+    # search decided nothing, whatever it had run.
+    error: str | None = None
+    # The suite's settings its plans were drawn with (suite_settings), kept with its
+    # counterexample.
+    settings: dict = field(default_factory=dict)
 
     @property
     def idle(self) -> bool:
@@ -130,12 +170,16 @@ class HuntResult:
         write acknowledged, no transaction committed and no Streams input committed: its
         clients did nothing its claim is about (a client that could not start, say), so
         its pass is no evidence."""
+        if self.error:
+            return False
         clean = not self.caught if self.hunt else self.known_good and self.caught
         return clean and self.examples > 0 and not any(self.exercised.get(k) for k in EVIDENCE)
 
     @property
     def outcome(self) -> str:
         """The table's word for this row."""
+        if self.error:
+            return "HARNESS ERROR"
         if self.cut and not self.caught:
             return "stopped by time limit" if self.examples else "not run (time limit)"
         if self.idle:
@@ -165,7 +209,9 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
     """Search, shrink and replay one suite with plans of `mode`'s shape, every plan client
     that names no client library on `client`. No plan starts after `deadline` (a
     monotonic time); a suite the deadline stopped is `cut`, and one stopped before its
-    first plan reports 0 examples and no verdict."""
+    first plan reports 0 examples and no verdict. An error of the harness stops the
+    search and is the result's `error` (neither caught nor passed); a SetupError (the
+    cluster could not be set up or observed) is raised once its traceback is kept."""
     library, java_release = client_spec(client) if client else (None, None)
     search = Search(search_name(suite, mode, client), cluster, artifacts, spark_master, budget,
                     deadline, client=library, java_client_version=java_release)
@@ -175,29 +221,50 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
               print_blob=False)
     @given(suite.strategy(cluster.n, mode))
     def attempt(plan):
-        trial = search.run(plan)
-        if trial is not None and shows(suite, trial):
-            raise AssertionError(f"{suite.name}: {search.failed(trial)}")
+        try:
+            trial = search.run(plan)
+            shown = trial is not None and shows(suite, trial)
+            said = search.failed(trial) if shown and trial is not None else ""
+        except Exception as exc:
+            # An error of the harness, not a plan's verdict: the search stops (no plan
+            # runs after it), and what it had found decides nothing.
+            search.broke(exc)
+            if isinstance(exc, SetupError):
+                setup.append(exc)
+            return
+        if shown:
+            raise Shown(f"{suite.name}: {said}")
 
+    setup: list[SetupError] = []
     if seed is not None:
         attempt = hypothesis_seed(seed)(attempt)
     try:
         attempt()
-    except (AssertionError, Flaky, BaseExceptionGroup) as exc:
-        # The failure we asked for, or Hypothesis's flaky verdict on it; anything else
-        # (a harness or checker error) must not pass for a result.
-        if not _only_caught(exc):
-            raise
+    except Exception as exc:
+        # Only the failure we asked for, or Hypothesis's flaky verdict on it, is a
+        # result; anything else (drawing a plan broke, say) is the harness's error.
+        if not _only_shown(exc):
+            search.broke(exc)
+    if setup:
+        # The cluster could not be set up or observed: the command's one line (exit 2).
+        raise setup[0]
     folder = search.counterexample
     reproduced = "-"
-    if folder is not None and replays and not search.past_deadline():
-        hits = sum(shows(suite, run_trial(load(folder / "plan.json"), cluster,
-                                          search.scratch / f"replay-{i}", spark_master))
-                   for i in range(replays))
-        reproduced = f"{hits}/{replays}"
+    if folder is not None and replays and not search.past_deadline() and search.error is None:
+        try:
+            hits = sum(shows(suite, run_trial(load(folder / "plan.json"), cluster,
+                                              search.scratch / f"replay-{i}", spark_master))
+                       for i in range(replays))
+            reproduced = f"{hits}/{replays}"
+        except SetupError:
+            raise
+        except Exception as exc:
+            search.broke(exc)
     found = folder is not None
-    # A suite that ran no plan has shown nothing either way.
-    caught = search.examples > 0 and (found if suite.is_hunt or not suite.known_good else not found)
+    # A suite that ran no plan has shown nothing either way, nor has one the harness's
+    # error stopped.
+    caught = (search.examples > 0 and search.error is None
+              and (found if suite.is_hunt or not suite.known_good else not found))
     shown: list[str] = []
     if folder is not None:
         v = Verdict.from_dict(json.loads((folder / "verdict.json").read_text()))
@@ -211,7 +278,35 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
         seconds_to_first=search.seconds_to_first,
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,
         reproduced=reproduced, counterexample=str(folder) if folder is not None else None,
-        cut=search.cut, exercised=dict(search.exercised), client=client)
+        cut=search.cut, exercised=dict(search.exercised), client=client,
+        error=search.error, settings=suite_settings(suite))
+
+
+def suite_settings(suite: Suite) -> dict:
+    """What a suite's plans are drawn with and stand for: its workload, its config (the
+    clients', the topics' and the brokers' settings), its options and its faults, as
+    plain JSON. A kept counterexample records them (`keep`), and is a plan of the suite
+    only while they stay the same; how often and how long a search draws its faults is
+    left out, since a kept plan is one of the suite's plans whatever they are."""
+    return json.loads(json.dumps({"workload": suite.workload, "config": suite.config,
+                                  "options": suite.options, "faults": list(suite.faults)},
+                                 sort_keys=True))
+
+
+def stale(suite: Suite, kept: dict, path: str | Path) -> str | None:
+    """Why the counterexample kept at path (its record, `kept`) no longer stands for
+    suite, in one line that says how to refresh it, or None while it does."""
+    recorded = kept.get("suite_settings")
+    now = suite_settings(suite)
+    if recorded == now:
+        return None
+    changed = ("none recorded" if recorded is None else "changed: " + ", ".join(
+        k for k in now if recorded.get(k) != now[k]))
+    return (f"{suite.name}: the suite's settings ({changed}) are not those its kept "
+            f"counterexample {path} was found with; refresh it as the nightly does "
+            f"(ONCEPROOF_REFRESH_COUNTEREXAMPLES=1 pytest -m cluster tests/test_suites.py "
+            f"-k {suite.name}), or with onceproof suites --only {suite.name} --mode "
+            f"{kept.get('mode', 'rounds')} --save-counterexamples {Path(path).parent}")
 
 
 def search_name(suite: Suite, mode: str, client: str | None = None) -> str:
@@ -231,6 +326,7 @@ def keep(result: HuntResult, folder: str | Path) -> Path:
     verdict = Verdict.from_dict(json.loads((found / "verdict.json").read_text()))
     record = {"suite": result.suite, "mode": result.mode,
               "shown": sorted(verdict.failing),
+              "suite_settings": result.settings,
               "kafka_version": result.kafka_version,
               "saved": datetime.date.today().isoformat(),
               "search": {"examples": result.examples,
@@ -272,12 +368,13 @@ def replay_kept(suite: Suite, path: str | Path, cluster: AnyCluster, artifacts: 
         kafka_version=cluster.version if search.examples else "")
 
 
-def _only_caught(exc: BaseException) -> bool:
+def _only_shown(exc: BaseException) -> bool:
+    """Whether exc is Shown, or Hypothesis's flaky verdict on Shown failures alone."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(_only_caught(e) for e in exc.exceptions)
+        return all(_only_shown(e) for e in exc.exceptions)
     if isinstance(exc, Flaky) and exc.__cause__ is not None:
-        return _only_caught(exc.__cause__)
-    return isinstance(exc, (AssertionError, Flaky))
+        return _only_shown(exc.__cause__)
+    return isinstance(exc, Shown)
 
 
 def as_row(result: HuntResult) -> dict:
