@@ -304,8 +304,9 @@ def stale(suite: Suite, kept: dict, path: str | Path) -> str | None:
         k for k in now if recorded.get(k) != now[k]))
     return (f"{suite.name}: the suite's settings ({changed}) are not those its kept "
             f"counterexample {path} was found with; refresh it as the nightly does "
-            f"(ONCEPROOF_REFRESH_COUNTEREXAMPLES=1 pytest -m cluster tests/test_suites.py "
-            f"-k {suite.name}), or with onceproof suites --only {suite.name} --mode "
+            f"(ONCEPROOF_REFRESH_COUNTEREXAMPLES=1 pytest 'tests/test_suites.py::"
+            f"test_a_kept_counterexample_still_shows_its_suites_anomaly[{suite.name}]'), "
+            f"or with onceproof suites --only {suite.name} --mode "
             f"{kept.get('mode', 'rounds')} --save-counterexamples {Path(path).parent}")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from onceproof.search import hunt, keep, replay_kept, search_name
+from onceproof.search import hunt, keep, replay_kept, search_name, stale, suite_settings
 from onceproof.workloads.plan import concurrent, load
 from onceproof.workloads.suites import SUITES
 
@@ -66,6 +66,30 @@ def test_every_known_bad_suite_keeps_one_counterexample_of_its_own(name):
     assert set(kept["shown"]) & suite.expect, kept["shown"]
 
 
+@pytest.mark.parametrize("name", KNOWN_BAD)
+def test_a_kept_counterexample_was_found_with_its_suites_settings_of_today(name):
+    # A suite edited since (a known-bad one into a correct configuration, say) would
+    # still be "proven" by a plan frozen with its old settings: the kept file records
+    # the settings it was found with, and they must be the suite's.
+    path = _kept(name)
+    why = stale(SUITES[name], json.loads(path.read_text()), path)
+    assert why is None, why
+
+
+def test_a_suite_edited_since_its_counterexample_was_kept_is_named_with_how_to_refresh():
+    from dataclasses import replace
+    path = _kept("read_uncommitted_aborts")
+    kept = json.loads(path.read_text())
+    fixed = replace(SUITES["read_uncommitted_aborts"],
+                    config={"consumer": {"isolation.level": "read_committed"}})
+    why = stale(fixed, kept, path)
+    assert why is not None and "\n" not in why
+    assert why.startswith("read_uncommitted_aborts: ") and "changed: config" in why
+    assert "ONCEPROOF_REFRESH_COUNTEREXAMPLES=1" in why and "--save-counterexamples" in why
+    assert "none recorded" in stale(SUITES["read_uncommitted_aborts"],
+                                    {k: v for k, v in kept.items() if k != "suite_settings"}, path)
+
+
 def test_a_kept_counterexample_is_the_plan_the_search_saved_and_what_it_showed(tmp_path):
     from onceproof.search import HuntResult
     found = tmp_path / "counterexamples" / "read_uncommitted_aborts"
@@ -75,12 +99,15 @@ def test_a_kept_counterexample_is_the_plan_the_search_saved_and_what_it_showed(t
     (found / "plan.json").write_text(json.dumps(plan))
     (found / "verdict.json").write_text(json.dumps({"valid": False, "counts": {
         "aborted_read": 2, "duplicate": 0}}))
+    settings = suite_settings(SUITES["read_uncommitted_aborts"])
     result = HuntResult("read_uncommitted_aborts", "rounds", "aborted_read", False, True, 3,
-                        12.0, 1, "1/1", str(found), kafka_version="4.4.0")
+                        12.0, 1, "1/1", str(found), kafka_version="4.4.0", settings=settings)
     kept = keep(result, tmp_path / "kept")
     assert kept.name == "read_uncommitted_aborts.json"
     record = json.loads(kept.read_text())
     assert load(kept) == plan and record["shown"] == ["aborted_read"]
+    assert record["suite_settings"] == settings
+    assert stale(SUITES["read_uncommitted_aborts"], record, kept) is None
     assert record["kafka_version"] == "4.4.0" and record["search"]["examples"] == 3
     with pytest.raises(ValueError, match="known-bad"):
         keep(HuntResult("correct_pipeline", "rounds", "", True, True, 2, None, None, "-", None),
@@ -98,18 +125,27 @@ def test_a_kept_counterexample_still_shows_its_suites_anomaly(name, cluster, pyt
                                                              artifacts_dir, suite_rows, deadline):
     suite, path = SUITES[name], _kept(name)
     spark = pytestconfig.getoption("--spark-master")
-    result = replay_kept(suite, path, cluster, artifacts_dir / "suites", spark, TRIES, deadline)
-    if result.cut and not result.caught:
-        pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} runs")
-    suite_rows.append(result)
-    if not result.caught and REFRESH:
+    # A plan kept with other settings than the suite's proves nothing of the suite as it
+    # is: not replayed, but searched anew where the nightly refreshes, else failed.
+    outdated = stale(suite, json.loads(path.read_text()), path)
+    if outdated and not REFRESH:
+        pytest.fail(outdated, pytrace=False)
+    result = None
+    if not outdated:
+        result = replay_kept(suite, path, cluster, artifacts_dir / "suites", spark, TRIES, deadline)
+        if result.cut and not result.caught:
+            pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} runs")
+        suite_rows.append(result)
+    if (result is None or not result.caught) and REFRESH:
         mode = json.loads(path.read_text())["mode"]
         found = hunt(suite, cluster, artifacts_dir / "suites", spark, max_examples=EXAMPLES,
                      budget=BUDGET, replays=TRIES, seed=None, deadline=deadline, mode=mode)
         suite_rows.append(found)
+        assert not found.error, f"{name}: {found.error}"
         assert found.caught, f"{name}: no {found.expect} in {found.examples} plans, kept or searched"
-        warnings.warn(f"{name}: the kept counterexample showed nothing in {result.examples} "
-                      f"runs; kept the search's new one in {keep(found, KEPT)}", stacklevel=1)
+        why = (outdated if result is None
+               else f"{name}: the kept counterexample showed nothing in {result.examples} runs")
+        warnings.warn(f"{why}; kept the search's new one in {keep(found, KEPT)}", stacklevel=1)
         return
     assert result.caught, (
         f"{name}: its kept counterexample {path} showed no {result.expect} in "
@@ -134,13 +170,16 @@ def test_suite_is_caught_or_passes(name, mode, cluster, pytestconfig, artifacts_
     if result.cut and not result.caught:
         pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} plans")
     suite_rows.append(result)
+    assert not result.error, f"{name}: {result.error}"
     if suite.known_good:
         assert result.caught, f"{name} found anomalies: see {result.counterexample}"
         # Passing is evidence only if transactions committed under the faults (a Streams
-        # application's, inside it, by the offsets its group committed).
+        # application's, inside it, by the offsets its group committed), and a fault fired.
         committed = "streams_committed_inputs" if suite.workload == "streams" else "commit_txn"
         assert result.exercised.get(committed), (
             f"{name}: no transaction committed in {result.examples} plans ({result.exercised})")
+        assert result.exercised.get("faults"), (
+            f"{name}: no fault fired in {result.examples} plans ({result.exercised})")
     else:
         assert result.caught, (f"{name}: no {result.expect} in {result.examples} plans; "
                                f"raise ONCEPROOF_SUITE_EXAMPLES or check the suite")
