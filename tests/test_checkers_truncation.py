@@ -1,7 +1,9 @@
 """A regression found on the real cluster (acks1_leader_loss): an isolated leader
 acknowledged writes with acks=1, was truncated when it rejoined, and the final reads found
-the partition empty. The watermarks alone show the loss."""
+the partition empty. The watermarks alone show the loss, on either engine."""
 from __future__ import annotations
+
+import pytest
 
 from onceproof.checkers import check
 from onceproof.checkers.history import HistoryWriter
@@ -26,13 +28,24 @@ def _history(path, high: int):
     return path
 
 
-def test_acknowledged_writes_past_an_empty_final_log_are_unseen(tmp_path, spark):
-    verdict = check(_history(tmp_path / "h.jsonl", high=0), spark=spark)
+@pytest.fixture(params=["local", "spark"])
+def on(request):
+    """check()'s keywords for each engine: in this machine's processes, and on the
+    session's SparkSession (started only for this one)."""
+    if request.param == "local":
+        return {}
+    return {"spark": request.getfixturevalue("spark"), "local": False}
+
+
+def test_acknowledged_writes_past_an_empty_final_log_are_unseen(tmp_path, on):
+    verdict = check(_history(tmp_path / "h.jsonl", high=0), **on)
+    assert verdict.stats["engine"] == ("spark" if on else "local")
     assert not verdict.valid
     assert verdict.counts.get("unseen") == 3
     assert sorted(e["value"] for e in verdict.examples["unseen"]) == [1, 2, 3]
 
 
-def test_the_same_writes_read_back_are_fine(tmp_path, spark):
-    verdict = check(_history(tmp_path / "h.jsonl", high=3), spark=spark)
+def test_the_same_writes_read_back_are_fine(tmp_path, on):
+    verdict = check(_history(tmp_path / "h.jsonl", high=3), **on)
+    assert verdict.stats["engine"] == ("spark" if on else "local")
     assert verdict.valid, verdict.counts
