@@ -7,6 +7,7 @@ OUT/load_bench.json; asserts nothing.
 
     python bench/load_bench.py [--duration 60] [--workload pipeline] [--faults mixed]
                                [--rate OPS] [--no-null-recorder] [--no-check] [--spark]
+                               [--kafka-toxic-pairs N]
 
 One plan is drawn from --seed and run with its history recorded, then (unless
 --no-null-recorder) run again on the same cluster with a recorder that writes nothing:
@@ -14,6 +15,11 @@ the ratio of their client throughputs is what recording costs. Under faults the 
 runs also differ by what each fault happened to hit (a partition can stall every client
 for seconds), so for the recording cost alone use --faults none. The system under test
 is nondeterministic: compare several invocations, not one.
+
+--kafka-toxic-pairs N then runs the plan N more times in pairs, A B A B: without a toxic,
+then with the kafka toxic (the request faults' toxic, harness/cluster/kafkatoxic) on
+every link of the cluster, reading every request's framing and matching none. The ratio
+of their client ops/s (medians over the pairs) is what the toxic costs a request.
 """
 from __future__ import annotations
 
@@ -269,10 +275,14 @@ def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
               type=click.Choice(CLIENT_LIBRARIES),
               help="client library of every plan client; repeat it to run the same plan on "
                    "each, one after the other on the same cluster, and compare")
+@click.option("--kafka-toxic-pairs", "toxic_pairs", type=click.IntRange(0), default=0,
+              show_default=True,
+              help="then run the plan N times without and N times with the kafka toxic on "
+                   "every link, matching nothing, alternating, and print both ops/s")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("load-bench"), show_default=True)
 def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
-         null_recorder, do_check, spark, libraries, out) -> None:
+         null_recorder, do_check, spark, libraries, toxic_pairs, out) -> None:
     console = Console()
     nodes = 3
     try:
@@ -297,6 +307,9 @@ def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
         for library in libraries:
             mine = out / library if len(libraries) > 1 else out
             results[library] = measure(on_client(plan, library), cluster, mine, null_recorder)
+        if toxic_pairs:
+            toxic_cost(console, on_client(plan, libraries[0]), cluster, out / "kafka-toxic",
+                       toxic_pairs)
     for library, (figures, latency) in results.items():
         mine = out / library if len(libraries) > 1 else out
         figures = {**base, "client": library, **figures}
@@ -314,6 +327,27 @@ def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
             side.add_row(library, str(rec["client_ops_per_s"]), str(rec["cpu_percent"]),
                          str(rec["cpu_ms_per_op"]), str(rec["pss_max_mib"]))
         console.print(side)
+
+
+def toxic_cost(console: Console, plan: dict, cluster, out: Path, pairs: int) -> None:
+    """Client ops/s without and with the kafka toxic on every link, in pairs."""
+    rates: dict[str, list[float]] = {"none": [], "kafka toxic": []}
+    for i in range(pairs):
+        for name in rates:
+            if name != "none":
+                # A run's settle heals every toxic, so each run that measures it puts it on.
+                cluster.request_fault(cluster.links(), {"action": "observe", "api": []})
+            folder = out / f"{i}-{name.replace(' ', '-')}"
+            run(plan, cluster, folder, on_progress=None, writer=None)
+            rates[name].append(history_figures(plan, folder)[0]["client_ops_per_s"])
+    table = Table("toxic", *(f"run {i + 1}" for i in range(pairs)), "median ops/s",
+                  title="The kafka toxic's cost: client ops/s without it and with it on every link")
+    for name, xs in rates.items():
+        table.add_row(name, *(f"{x:.0f}" for x in xs), f"{np.median(xs):.0f}")
+    console.print(table)
+    ratio = np.median(rates["kafka toxic"]) / np.median(rates["none"])
+    console.print(f"with / without: {ratio:.3f}")
+    (out / "kafka_toxic.json").write_text(json.dumps({"ops_per_s": rates, "ratio": ratio}, indent=1))
 
 
 def measure(plan: dict, cluster, out: Path, null_recorder: bool) -> tuple[dict, pd.DataFrame]:
