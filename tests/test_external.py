@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -179,14 +180,23 @@ def test_acks1_leader_loss_is_found_through_the_users_kill_and_start_commands(
     verdict = json.loads((folder / "verdict.json").read_text())
     assert verdict["tested"]["external"] and verdict["tested"]["bootstrap"] == bootstrap
     assert verdict["tested"]["kafka_version"].startswith(cluster.version.rsplit(".", 1)[0])
+    # The counterexample replays on the same cluster through the same commands and shows
+    # the loss again. Whether one run does is up to the race (a kill loses only the
+    # milliseconds of writes the followers had not fetched), so it is replayed until a
+    # run shows it, three runs at most, as CI proves every kept counterexample.
+    said = []
+    for i in range(3):
+        done = _cli("replay", str(folder), "--runs", "1", "--bootstrap", bootstrap,
+                    "--artifacts", str(tmp_path / f"replay-{i}"), "--client-config",
+                    f"sasl.password={SECRET}", *[a for c in commands for a in ("--fault-command", c)])
+        said.append(done.stdout + done.stderr)
+        assert done.returncode in (0, 1), said[-1]
+        if done.returncode == 1:
+            break
+    assert done.returncode == 1 and " in 1 of 1 runs" in done.stdout, said
+    shown = re.search(r"^run 1/1: ([\w, ]+)", done.stdout, re.M)
+    assert shown and {"lost_write", "unseen"} & set(shown.group(1).strip().split(", ")), said
     # The client settings reached the clients, and none of their values anything written.
-    # The counterexample replays on the same cluster through the same commands; whether
-    # it shows the loss again is up to the race, so only the count is asserted.
-    done = _cli("replay", str(folder), "--runs", "1", "--bootstrap", bootstrap,
-                "--artifacts", str(tmp_path / "replay"), "--client-config",
-                f"sasl.password={SECRET}", *[a for c in commands for a in ("--fault-command", c)])
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    assert "in 1 of 1 runs" in done.stdout or "in 0 of 1 runs" in done.stdout
     leaked = [str(p) for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked
     assert not _created(cluster)

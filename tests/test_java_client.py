@@ -3,10 +3,12 @@ records what a librdkafka client records, crashes as a killed JVM and comes back
 the history names the client and the transaction protocol it spoke."""
 from __future__ import annotations
 
+from collections import Counter
+
 import psutil
 import pytest
 
-from onceproof.checkers.history import CLUSTER, read_events
+from onceproof.checkers.history import CLUSTER, NEMESIS, read_events
 from onceproof.cluster.provision import ensure_java_client
 from onceproof.run.jvm import java_config, unknown_settings
 from onceproof.search import search_name
@@ -66,11 +68,63 @@ def test_every_role_runs_on_the_java_client_beside_librdkafka_and_stays_exact(cl
     assert any(e["process"] == "c1" and e["value"]["records"] for e in events
                if e["f"] == "poll" and e["type"] == "ok")
 
+    # Each client did its role's work, not only the run as a whole: totals across clients
+    # would hide a role (the read-write transactions, the Java consumer) whose every op
+    # failed. An application's processes count together (x0 and its successor x0.1).
+    done: dict[str, Counter] = {}
+    for e in events:
+        if e["type"] == "ok" and e["process"] not in (NEMESIS, "final") and not e.get("final"):
+            app = e["process"].split(".")[0].split("~")[0]
+            done.setdefault(app, Counter())[e["f"]] += 1
+    wanted = {"p0": {"send"},
+              "t0": {"begin_txn", "send", "commit_txn", "abort_txn"},
+              "w0": {"begin_txn", "poll", "send", "commit_txn", "abort_txn"},
+              "x0": {"begin_txn", "poll", "send", "send_offsets", "commit_txn", "abort_txn"},
+              "c0": {"poll", "seek", "commit_offsets", "fetch_offsets"},
+              "c1": {"poll"}}
+    missing = {cid: sorted(ops - set(done.get(cid, ()))) for cid, ops in wanted.items()}
+    assert not any(missing.values()), (missing, done)
+    # The readers read: the Java consumer what the Java pipeline wrote, the read-write
+    # transactions what the transactional producer committed.
+    for reader in ("c0", "w0", "x0"):
+        assert any(e["value"]["records"] for e in events if e["type"] == "ok" and e["f"] == "poll"
+                   and e["process"].split(".")[0] == reader), f"{reader} read nothing"
+    # No client stopped on an error the client library raised (each would be a
+    # client_error replacement); the one crash is the plan's.
+    assert [e["f"] for e in events if e["process"] == NEMESIS and e["type"] == "info"
+            and e["f"] in ("client_error", "client_hung")] == []
+
     seen = trial.exercised
     assert seen["acknowledged_writes"] > 50 and seen["commit_txn"] > 10
     assert seen["send_offsets"] > 5 and seen["records_read"] > 50
-    assert trial.verdict.valid, trial.verdict.counts
+    assert trial.verdict.valid and trial.verdict.live, trial.verdict.counts
     assert not _agents()  # every JVM of the run ended with it
+
+
+@pytest.mark.cluster
+def test_a_java_client_stuck_in_a_call_is_killed_and_replaced(cluster, tmp_path, monkeypatch):
+    from onceproof.run import rounds
+    monkeypatch.setattr(rounds, "ROUND_TIMEOUT", 3.0)
+    # The Java consumer polls a topic nobody writes for 30 s: past the round's timeout
+    # it is left behind, its JVM killed, and the application goes on as c0.1, a JVM of
+    # its own, whose poll returns in its time.
+    plan = on_client({"topics": {"t": {"partitions": 1}, "quiet": {"partitions": 1}},
+                      "clients": {"p0": {"role": "producer", "topic": "t"},
+                                  "c0": {"role": "consumer", "topic": "quiet"}},
+                      "steps": [{"ops": {"p0": {"f": "send"}, "c0": {"f": "poll", "timeout": 30}}},
+                                {"ops": {"p0": {"f": "send"}, "c0": {"f": "poll", "timeout": 2}}}]},
+                     "java")
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    hung = [e for e in events if e["f"] == "client_hung" and e["type"] == "info"]
+    assert [(e["value"]["process"], e["value"]["by"]) for e in hung] == [("c0", "c0.1")]
+    polls = [(e["process"], e["type"]) for e in events if e["f"] == "poll" and not e.get("final")]
+    # c0's poll is left open for good (unknown); its successor's completed.
+    assert polls == [("c0", "invoke"), ("c0.1", "invoke"), ("c0.1", "ok")], polls
+    assert [e["type"] for e in events if e["process"] == "p0" and e["f"] == "send"] == [
+        "invoke", "ok", "invoke", "ok"]
+    assert trial.verdict.valid, trial.verdict.counts
+    assert not _agents()  # the left-behind JVM was killed, and every other ended
 
 
 @pytest.mark.cluster
