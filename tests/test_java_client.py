@@ -235,3 +235,34 @@ def test_a_setting_the_java_client_does_not_know_is_named():
     # message.timeout.ms is librdkafka's name for the Java client's delivery.timeout.ms,
     # socket.timeout.ms for its request.timeout.ms; librdkafka's queue bound has none.
     assert unknown_settings(plan, "p0", dist) == ["queue.buffering.max.kbytes"]
+
+
+@pytest.mark.cluster
+def test_a_java_call_that_outlives_its_bound_is_given_up_and_its_process_replaced(
+        cluster, tmp_path, monkeypatch):
+    from onceproof.run import jvm
+    # The agent bounds each blocking transactional call by the op timeout plus a grace
+    # (its own bounded(), as clients.py's for librdkafka), and a process holding a call
+    # it gave up on is stuck: the harness replaces it. Short bounds, so a commit whose
+    # EndTxn the proxy holds outlives them in seconds; max.block.ms above them, so the
+    # Java client itself does not time the commit out first.
+    monkeypatch.setattr(jvm, "OP_TIMEOUT", 3.0)
+    monkeypatch.setattr(jvm, "HANG_GRACE", 1.0)
+    txn = [{"ops": {"t0": {"f": "begin"}}}, {"ops": {"t0": {"f": "send", "n": 1}}}]
+    plan = on_client({"topics": {"t": {"partitions": 1}}, "producer": {"max.block.ms": 60000},
+                      "clients": {"t0": {"role": "txn_producer"}},
+                      "steps": [*txn, {"fault": {"f": "hold_request", "api": "EndTxn",
+                                                 "client": "t0"}},
+                                {"ops": {"t0": {"f": "commit"}}}, {"fault": {"f": "release"}},
+                                *txn, {"ops": {"t0": {"f": "commit"}}}]}, "java")
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    hung = [e for e in events if e["f"] == "client_hung" and e["type"] == "info"]
+    assert [(e["value"]["process"], e["value"]["by"]) for e in hung] == [("t0", "t0.1")]
+    assert "commitTransaction did not return" in hung[0]["error"]
+    commits = [(e["process"], e["type"]) for e in events
+               if e["f"] == "commit_txn" and e["type"] != "invoke"]
+    # The held commit is unknown (info), and the successor's transaction commits.
+    assert commits == [("t0", "info"), ("t0.1", "ok")], commits
+    assert trial.verdict.valid, trial.verdict.counts
+    assert not _agents()
