@@ -1,6 +1,7 @@
-"""Plan clients on the Java client (run/jvm.py), on the real cluster: every role runs,
-records what a librdkafka client records, crashes as a killed JVM and comes back, and
-the history names the client and the transaction protocol it spoke."""
+"""Plan clients on the Java client (run/jvm.py), on the real cluster: every role runs and
+does its work, client by client, records what a librdkafka client records, crashes as a
+killed JVM and comes back, is replaced when a call of it hangs, and the history names
+the client and the transaction protocol it spoke."""
 from __future__ import annotations
 
 from collections import Counter
