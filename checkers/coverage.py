@@ -21,14 +21,30 @@ def _scan_text(scan) -> str:
 def _covering(pl: PartitionLog, lo: float, hi: float, scans: pd.DataFrame,
               role: str) -> tuple[str, tuple]:
     """Words naming a scan that covers [lo, hi], and (op, role) of every reader's: the
-    poll at its far end and where it began."""
-    found = pl.covering_scans(lo, hi, scans)
+    poll at its far end and where it began; or, when no scan does, the final reads'
+    extent that the watermarks op names (final_extent)."""
+    found = scans if scans.empty else pl.covering_scans(lo, hi, scans)
+    extent = final_extent(pl)
+    if found.empty and extent is not None:
+        low, read_to, op = extent
+        return (f"the final reads (read_committed) went over offsets {low}..{read_to - 1}, "
+                "returning nothing there that was not read", ((op, "final reads' end"),))
     first = found.iloc[0]
     more = len(found) - 1
     text = _scan_text(first) + (f" (and {more} more reader{'s' * (more > 1)})" if more else "")
     ops = tuple(pair for _, scan in found.iterrows()
                 for pair in ((pl.scan_op(scan), role), (scan["start_op"], "scan start")))
     return text, ops
+
+
+def final_extent(pl: PartitionLog) -> tuple[int, int, int] | None:
+    """(low, read_to, op): the offsets low..read_to-1 the read_committed final reads went
+    over, returned or not, as the last watermarks op names them (docs/history.md: a
+    watermarks row's `offset`); None when it names no such end."""
+    last = pl.last_watermarks
+    if last is None or pd.isna(last["value"]) or pd.isna(last["offset"]):
+        return None
+    return int(last["offset"]), int(last["value"]), int(last["op"])
 
 
 def annotate(pl: PartitionLog) -> pd.DataFrame:
@@ -81,8 +97,17 @@ def annotate(pl: PartitionLog) -> pd.DataFrame:
         if pd.notna(last["high"]):
             high[done < float(last["invoke_index"])] = float(last["high"])
     hi_final = np.where(np.isnan(high), hi, np.fmin(hi, high - 1))
-    cov_final = out["cov_final"] = pl.covered(lo, hi_final, final_scans)
-    out["has_final"] = np.full(n, len(final_scans) > 0)
+    # The final reads went over their extent whether or not they returned anything in
+    # it: a partition whose every record is invisible to read_committed readers (all
+    # aborted, one that should not have been among them) has no scan, yet it was read.
+    extent = final_extent(pl)
+    read = np.zeros(n, dtype=bool)
+    if extent is not None and n:
+        read = (lo >= extent[0]) & (hi_final < extent[1])
+    cov_any |= read
+    out["cov_rc"] = out["cov_rc"] | read
+    cov_final = out["cov_final"] = pl.covered(lo, hi_final, final_scans) | read
+    out["has_final"] = np.full(n, len(final_scans) > 0) | read
     out["high"] = high
     out["beyond_high"] = ~np.isnan(known) & ~np.isnan(high) & (known >= high)
 

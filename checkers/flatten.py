@@ -359,7 +359,10 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
 
 
 def _watermarks(path, lists: Extract, ops_t, ops_index) -> pd.DataFrame:
-    wm = lists.table("watermarks").drop_columns(["offset"]).to_pandas(types_mapper=nullable)
+    table = lists.table("watermarks")
+    # A watermarks row's `offset` is where the final reads stopped (docs/history.md).
+    wm = table.rename_columns(["read_to" if c == "offset" else c for c in table.column_names]
+                              ).to_pandas(types_mapper=nullable)
     twice = wm.duplicated(["op", "topic", "partition"]).to_numpy(dtype=bool)
     if twice.any():
         x = wm[twice].iloc[0]
@@ -376,7 +379,7 @@ _STEP_COLUMNS = {
           "w_cmp": "w_complete_index", "w_commit_inv": "w_txn_commit_invoke_index",
           "w_commit_cmp": "w_txn_commit_complete_index"},
     "p": {"type": "kind", "status": "cause"},
-    "m": {"offset": "low"},
+    "m": {"offset": "low", "value": "read_to"},
     "o": {"status": "outcome", "t_begin": "effect_invoke_index",
           "t_done": "effect_complete_index"},
 }

@@ -88,7 +88,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     # value is visible to read_committed readers, 1 to read_uncommitted ones only, 0 if
     # it is not attributable to a send to this partition that did not fail; for writes,
     # t_begin/t_done = its transaction's first op / commit_txn completion; for
-    # positions, type = kind, status = cause; for watermarks, offset = low; for
+    # positions, type = kind, status = cause; for watermarks, offset = low and value =
+    # read_to (where the final reads stopped); for
     # offsets, status = outcome, t_begin/t_done = the effect window.
     "steps": _schema(
         ("topic", S), ("partition", I), ("kind", S), ("process", S), ("op", I),
@@ -102,7 +103,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # Watermarks read by ok `watermarks` ops, one row per partition.
     "watermarks": _schema(
         ("op", I), ("process", S), ("topic", S), ("partition", I), ("low", I),
-        ("high", I), ("lso", I), ("invoke_index", I), ("complete_index", I)),
+        ("high", I), ("lso", I), ("read_to", I), ("invoke_index", I), ("complete_index", I)),
 }
 
 # The tables a converted folder holds as files.

@@ -175,12 +175,14 @@ class History:
             "timeout_ms": 10000}, got, final=True)
 
     def watermarks(self, process, partitions, topic=None, settled_s: float = 120) -> int:
-        """partitions: (partition, low, high, lso) tuples; read `settled_s` after the op
-        before (the clock jumps), as the harness settles before its final phase: long
-        enough for Kafka to have aborted a transaction left open (checkers/loss.py)."""
+        """partitions: (partition, low, high, lso) tuples, or with a fifth, where the
+        final reads stopped (the row's `offset`); read `settled_s` after the op before
+        (the clock jumps), as the harness settles before its final phase: long enough
+        for Kafka to have aborted a transaction left open (checkers/loss.py)."""
         self.skipped += int(settled_s * 1e9)
         got = {"partitions": [{"topic": self._t(topic), "partition": p, "low": lo,
-                               "high": hi, "lso": lso} for p, lo, hi, lso in partitions]}
+                               "high": hi, "lso": lso, **({"offset": end[0]} if end else {})}
+                              for p, lo, hi, lso, *end in partitions]}
         return self._op(process, "watermarks", {}, got, final=True)
 
     def fault(self, f, value=None) -> int:

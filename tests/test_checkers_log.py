@@ -184,6 +184,39 @@ def test_unseen_inside_the_final_scan(tmp_path):
     example(v, "unseen", op=gone, value=2, offset=1)
 
 
+def _aborted_after_commit(tmp_path, read_to: bool):
+    """T2 committed, its write to partition 0 at offset 2 and to partition 1 at offset
+    0; the final reads return the one on partition 1 and nothing of partition 0, where
+    every record is invisible (T1's aborted write at 0, this one at 2, markers at 1 and
+    3): a late abort marker ended T2 there (KAFKA-17754)."""
+    h = History(tmp_path / "h.jsonl")
+    h.txn("t0", "T1", [(0, 1, 0)], outcome="abort")
+    h.begin("t0", "T2")
+    gone = h.send("t0", [(0, 2, 2)], txn="T2")
+    h.send("t0", [(1, 3, 0)], txn="T2")
+    h.commit("t0", "T2")
+    h.seek("final", [(0, 0), (1, 0)], final=True)
+    h.poll("final", [(1, 0, 3)], final=True)
+    h.watermarks("final", [(0, 0, 4, 4, 4), (1, 0, 2, 2, 2)] if read_to
+                 else [(0, 0, 4, 4), (1, 0, 2, 2)])
+    return h, gone
+
+
+def test_a_write_the_final_reads_went_over_without_returning_it_is_lost(tmp_path):
+    h, gone = _aborted_after_commit(tmp_path, read_to=True)
+    v = verdict(h)
+    assert found(v) == {"lost_write", "unseen", "torn_txn"}
+    ex = example(v, "lost_write", process="t0", op=gone, offset=2, value=2)
+    assert "final reads (read_committed) went over offsets 0..3" in ex["detail"]
+    example(v, "unseen", op=gone, value=2)
+
+
+def test_without_where_the_final_reads_stopped_an_empty_partition_is_not_judged(tmp_path):
+    # Nothing says a reader went over offset 2 of partition 0: no evidence, no anomaly.
+    h, _ = _aborted_after_commit(tmp_path, read_to=False)
+    assert found(verdict(h)) == set()
+
+
 def test_final_reads_that_saw_everything_are_valid(tmp_path):
     h = History(tmp_path / "h.jsonl")
     h.send("p0", [(0, 1, 0)])

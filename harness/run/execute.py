@@ -277,8 +277,9 @@ def _watermarks(consumer, tp: TopicPartition, deadline: float) -> tuple[int, int
 def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
     """Read every partition of every topic from the beginning up to its high watermark,
     then record the watermarks as the brokers report them: lso < high after settling
-    means a transaction is still open."""
-    lows = {}
+    means a transaction is still open. Each partition's row names where the reads
+    stopped (`offset`), so a checker knows they went over what they did not return."""
+    lows, reached = {}, {}
     for topic in ctx.partitions:
         reader = TopicConsumer("final", {"config": {"isolation.level": "read_committed"}},
                                plan, ctx, topic=topic, final=True)
@@ -292,6 +293,7 @@ def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
             while time.monotonic() < deadline:
                 reader.op_poll({"n": 500, "timeout": 0.5})
                 positions = {tp.partition: tp.offset for tp in reader.consumer.position(reader.tps)}
+                reached.update({(topic, p): at for p, at in positions.items() if at >= 0})
                 # An empty partition has no position and nothing to read.
                 if all(high <= low or positions.get(p, -1) >= high for p, (low, high) in goal.items()):
                     break
@@ -311,7 +313,8 @@ def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
         key, topic = (tp.topic, tp.partition), ctx.plan_topic(tp.topic)
         rows.append({"topic": topic, "partition": tp.partition,
                       "low": lows.get((topic, tp.partition), 0 if high[key] is not None else None),
-                      "high": high[key], "lso": lso[key]})
+                      "high": high[key], "lso": lso[key],
+                      "offset": reached.get((topic, tp.partition))})
     ctx.writer.ok(h, {"partitions": rows})
 
 
