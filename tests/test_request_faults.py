@@ -173,6 +173,30 @@ def test_hold_request_delivers_a_late_endtxn_into_the_next_transaction(cluster, 
 
 
 @pytest.mark.cluster
+def test_the_java_client_3_8_0_has_the_same_late_endtxn(cluster, tmp_path):
+    """Transaction protocol v1 in the Java client (3.8.0, where Jepsen found KAFKA-17754):
+    the same plan, the same aborted read."""
+    trial, requests = _trial(cluster, tmp_path, _plan_file("plan-commit.json", client="java",
+                                                           java_client="3.8.0"))
+    _late_endtxn_landed_in_the_next_transaction(trial, requests)
+    begins = [e for e in read_events(trial.history) if e["f"] == "begin_txn" and e["type"] == "ok"]
+    assert begins and all(e["value"].get("txn_protocol") == 1 for e in begins), begins
+    assert "aborted_read" in trial.verdict.failing, trial.verdict.counts
+
+
+@pytest.mark.cluster
+def test_a_late_abort_loses_the_next_transactions_write(cluster, tmp_path):
+    """The abort variant: the held EndTxn(abort) aborts the next transaction's first
+    write; the client then writes to another partition and commits. The lost write is in
+    a partition where read_committed readers return nothing at all, judged because the
+    final reads say where they stopped."""
+    trial, requests = _trial(cluster, tmp_path, _plan_file("plan-abort.json"))
+    _late_endtxn_landed_in_the_next_transaction(trial, requests)
+    assert {"lost_write", "torn_txn"} <= trial.verdict.failing, trial.verdict.counts
+    assert trial.exercised["commit_txn"] >= 1 and trial.exercised["abort_txn"] >= 1
+
+
+@pytest.mark.cluster
 def test_a_late_endtxn_is_fenced_on_transaction_protocol_v2(cluster, tmp_path):
     """The control: the Java client of the release bumps its epoch at every end (KIP-890
     part 2), so the same held EndTxn comes with an ended epoch and changes nothing."""
