@@ -11,9 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from onceproof.checkers.history import HistoryWriter, read_events
 from onceproof.cluster.provision import KAFKATOXIC_SOURCE
+from onceproof.history.read import read_events
+from onceproof.history.writer import HistoryWriter
 from onceproof.report import faults as report_faults
 from onceproof.report.history import load
 from onceproof.run.toxic_events import ToxicEvents
@@ -239,3 +242,14 @@ def test_drop_response_lets_the_request_act_and_the_client_retry(cluster, tmp_pa
     trial, requests = _trial(cluster, tmp_path / "plain", _producers(plain, drop))
     assert len(_of(requests, "drop_response", api="Produce")) == 1
     assert "duplicate" in trial.verdict.failing, trial.verdict.counts
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_held_request_is_not_healed_before_its_retry_and_next_transaction(data):
+    plan = {"topics": {"t": {"partitions": 1}}, "clients": {"t0": {"role": "txn_producer"}}}
+    for name in ("hold_endtxn", "hold_txn_request"):
+        (_, first), (rounds, undo) = data.draw(faults.drawn(name, plan=plan))
+        assert first["f"] == "hold_request" and first["client"] == "t0" and rounds >= 4
+        (_, _), (seconds, _) = data.draw(faults.drawn(name, hold=st.integers(1, 9), plan=plan))
+        assert seconds >= 12 and undo["f"] == "heal"

@@ -573,6 +573,10 @@ class Preset:
     # Rounds before the undo in a rounds plan, where the preset needs its own (HOLD
     # otherwise); a concurrent plan draws its holds in seconds for every fault alike.
     rounds_hold: st.SearchStrategy | None = field(default=None, repr=False)
+    # The least hold, in rounds and in seconds, where the undo must not come first: a
+    # heal delivers what a hold_request holds, so one before the client's retry and
+    # next transaction would deliver the request early, not late.
+    least_hold: tuple[int, int] = (0, 0)
 
 
 def _clients_of(roles: frozenset[str], why: str) -> Callable[[dict], st.SearchStrategy]:
@@ -715,11 +719,11 @@ PRESETS = {p.name: p for p in [
 ] + [Preset("hold_endtxn", "hold the next EndTxn of one of the plan's transactional clients "
             "until its next transaction has written (a Produce passed), then 0-500 ms more: "
             "the client's retry ended the transaction, the held one lands in the next",
-            "hold_request", _aimed_client(_hold_endtxn)),
+            "hold_request", _aimed_client(_hold_endtxn), least_hold=(4, 12)),
      Preset("hold_txn_request", "hold the next request of a transaction (InitProducerId, "
             "AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit or EndTxn) of one "
             "of the plan's transactional clients until it sent 1-3 more of a kind, or for "
-            "1-10 s", "hold_request", _aimed_client(_hold_txn_request)),
+            "1-10 s", "hold_request", _aimed_client(_hold_txn_request), least_hold=(4, 12)),
      Preset("drop_txn_response", "drop the response to the 1st-3rd next request of a "
             "transaction of one of the plan's transactional clients", "drop_response",
             _aimed_client(_once("drop_response"))),
@@ -732,7 +736,7 @@ PRESETS = {p.name: p for p in [
             "(WriteTxnMarkers, between nodes) for 2-8 s", "hold_request",
             lambda nodes, plan: st.tuples(st.integers(1, 3), st.sampled_from([2000, 8000])).map(
                 lambda t: {"f": "hold_request", "api": "WriteTxnMarkers", "kinds": ["repl"],
-                           "nth": t[0], "release_ms": t[1]})),
+                           "nth": t[0], "release_ms": t[1]}), least_hold=(3, 10)),
      Preset("duplicate_marker", "send the 1st-3rd next transaction marker request twice",
             "duplicate_request", _marker("duplicate_request"))]}
 
@@ -809,9 +813,12 @@ def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
     from `hold` (seconds, in a concurrent plan; by default rounds, HOLD or the preset's
     own). A targeted preset aims at the partitions and clients of `plan`."""
     kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
+    least = PRESETS[name].least_hold if name in PRESETS else (0, 0)
     if hold is None:
         own = PRESETS[name].rounds_hold if name in PRESETS else None
-        hold = own if own is not None else HOLD
+        hold = (own if own is not None else HOLD).map(lambda h: max(h, least[0]))
+    else:
+        hold = hold.map(lambda h: max(h, least[1]))
     if name in PRESETS:
         first = PRESETS[name].first(nodes, plan or {})
     elif kind is not None and kind.first is not None:
