@@ -40,9 +40,10 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers import check
-from onceproof.checkers.history import NEMESIS, HistoryWriter
 from onceproof.checkers.store import convert, read_manifest, read_table
 from onceproof.cluster.cluster import Cluster
+from onceproof.history.format import NEMESIS
+from onceproof.history.writer import HistoryWriter
 from onceproof.run.execute import run
 from onceproof.run.fleet import CRASHED, ERROR, HUNG
 from onceproof.trial import exercised

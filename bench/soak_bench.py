@@ -37,9 +37,9 @@ from rich.console import Console
 from rich.table import Table
 
 from onceproof.checkers import check
-from onceproof.checkers.memory import for_running
 from onceproof.checkers.store import convert
 from onceproof.cluster.cluster import Cluster
+from onceproof.memory import for_running
 from onceproof.report.page import write_report
 from onceproof.run.execute import run, under_test
 from onceproof.run.fleet import CRASHED, ERROR, HUNG

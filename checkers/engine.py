@@ -46,8 +46,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from . import anomaly, arrow, forked, memory, txn_status
-from .history import values_at
+from onceproof.history.access import values_at
+from onceproof.memory import for_checking
+
+from . import anomaly, arrow, forked, txn_status
 from .partlog import READ, PartitionLog
 
 ANOMALY = "anomaly"
@@ -346,7 +348,7 @@ def partition_pass(tables, families):
     kept = kept_columns(families)
 
     def task(ids):
-        memory.for_checking()  # this Python worker checks one bucket after another
+        for_checking()  # this Python worker checks one bucket after another
         for t in ids:
             # Every tasks-th file: the buckets' sizes run in order (spool._buckets),
             # so each task gets large and small ones alike.

@@ -15,8 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from onceproof.history.format import NEMESIS
+from onceproof.history.schema import EVENT
+
 from .arrow import explode
-from .history import EVENT, NEMESIS
 from .spool import PollSpool
 
 # The lists of `value` kept as tables: name -> (the fs, the event type, the field).

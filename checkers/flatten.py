@@ -29,7 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import memory, txn_status
+from onceproof.history.access import nemesis_values
+from onceproof.history.format import NEMESIS, HistoryError
+from onceproof.history.read import events_table
+from onceproof.memory import give_back, keep_freed, map_large
+
+from . import txn_status
 from .arrow import (
     KeyIndex,
     as_types,
@@ -50,7 +55,6 @@ from .arrow import (
     to_arrow,
 )
 from .extract import Extract
-from .history import NEMESIS, HistoryError, events_table, nemesis_values
 from .partlog import KINDS
 from .spool import Partitions, PollSpool, Steps
 from .tables import (
@@ -474,15 +478,15 @@ def write_tables(path: Path, out: Path, spool: Path,
     # memory is kept for the next (memory.keep_freed). Mapped afresh, at 10M events it
     # faulted 2.4M times, with 12-14 s of system time; kept, 0.7M and 8-9 s, and the
     # parse took 35.1-36.9 s instead of 38.5-38.9.
-    memory.keep_freed()
+    keep_freed()
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
     lists = Extract(polls)
     events = events_table(path, sink=lists)
-    memory.give_back()  # what the parse let go of: the events' values, once taken apart
+    give_back()  # what the parse let go of: the events' values, once taken apart
     # Until the steps are made, freed arrays go back at once (memory.map_large): the
     # tables are made by two threads, whose freed blocks would otherwise pile up.
-    memory.map_large()
+    map_large()
     n_events = events.num_rows
     # One chunk per column: Arrow's take from a column of many chunks (one per parsed
     # block) joins them first, at every take, and the reads take from the ops at
@@ -490,7 +494,7 @@ def write_tables(path: Path, out: Path, spool: Path,
     ops_t = _ops(events)
     del events
     ops_t = ops_t.combine_chunks()
-    memory.give_back()
+    give_back()
     _check_isolations(path, ops_t)
     # Hashed now: the reads are joined to the ops from two threads (checkers/spool.py).
     ops_index = KeyIndex(ints(ops_t.column("op"))[0])
@@ -550,7 +554,7 @@ def write_tables(path: Path, out: Path, spool: Path,
         writes = _writes(path, lists, ops_t, ops_index, txns_t, txns_index).combine_chunks()
         write_index = WriteIndex(writes)
         offset_rows = beside.submit(_offset_rows, lists, ops_t, ops_index)
-        memory.give_back()
+        give_back()
         proven = txn_status.prove(txns, polls, ops_t, ops_index, write_index)
         if proven is not txns:
             txns = proven
@@ -558,7 +562,7 @@ def write_tables(path: Path, out: Path, spool: Path,
             del write_index  # it holds the old writes: both go before the new are made
             writes = txn_status.rejoin_txns(writes, txns_t, txns_index).combine_chunks()
             write_index = WriteIndex(writes)
-        memory.give_back()
+        give_back()
         # Made beside while the outcomes were proven: done by now, as a rule.
         made["offsets"] = beside.submit(spooled, "offsets", _offsets, offset_rows.result(),
                                         txns_t, txns_index)
@@ -607,9 +611,9 @@ def write_tables(path: Path, out: Path, spool: Path,
         # codes, not strings copied and then hashed again for every read.
         ops_t, txns_t = coded(ops_t), coded(txns_t.select(["outcome"]))
         write_index = write_index.keeping(_READ_WRITES, coded)
-    memory.give_back()
+    give_back()
     # From here, a partition's arrays are made and freed one after another.
-    memory.keep_freed()
+    keep_freed()
     if each is None:
         stats["steps"] = steps.finish(out / "steps.parquet")
         return stats, None

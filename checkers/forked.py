@@ -22,8 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from . import memory
-from .history import cores
+from onceproof.history.parse import cores
+from onceproof.memory import for_checking
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,7 +40,7 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _start_worker() -> None:
-    memory.for_checking()  # its items allocate and free arrays of millions of rows
+    for_checking()  # its items allocate and free arrays of millions of rows
     _orphan_proof()
 
 

@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from onceproof.history.format import HistoryError
+
 from .flatten import READ_COLUMNS, write_tables
-from .history import HistoryError
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"

@@ -29,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from onceproof.history.format import NEMESIS
+
 from .arrow import (
     KeyIndex,
     empty_frame,
@@ -38,7 +40,6 @@ from .arrow import (
     positions_of_strings,
     take_rows,
 )
-from .history import NEMESIS
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
 if TYPE_CHECKING:

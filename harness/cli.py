@@ -22,10 +22,10 @@ class _Group(click.Group):
     def invoke(self, ctx):
         import warnings
 
-        from onceproof.checkers.memory import for_running
+        from onceproof.memory import for_running
         from onceproof.workloads.plan import PlanError
         warnings.showwarning = _warning_line
-        for_running()  # before any thread: arenas made earlier stay (checkers/memory.py)
+        for_running()  # before any thread: arenas made earlier stay (harness/memory.py)
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -684,8 +684,8 @@ def check_command(history: str, spark_master: str | None, json_out: str | None) 
     """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
     Exit 0: valid; 1: anomalies or stalls; 2: the history could not be checked, or holds
     nothing to judge (verdict UNKNOWN)."""
-    from onceproof.checkers.history import HistoryError
     from onceproof.checkers.render import run_check
+    from onceproof.history.format import HistoryError
     try:
         code = run_check(history, spark_master, json_out)
     except HistoryError as exc:
@@ -698,7 +698,7 @@ def check_command(history: str, spark_master: str | None, json_out: str | None) 
 def report_command(folder: str) -> None:
     """Write FOLDER/report.html from a run folder's history.jsonl (and verdict.json and
     plan.json when present): one page to open in a browser."""
-    from onceproof.checkers.history import HistoryError
+    from onceproof.history.format import HistoryError
     from onceproof.report.page import write_report
     try:
         path = write_report(folder)

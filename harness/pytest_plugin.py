@@ -94,10 +94,10 @@ def artifacts_dir(pytestconfig: pytest.Config) -> Path:
 @pytest.fixture(scope="session")
 def session_cluster(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory):
     """The cluster of the session: one the plugin starts, or yours (--bootstrap)."""
-    from onceproof.checkers.memory import for_running
     from onceproof.cluster.cluster import Cluster
     from onceproof.cluster.external import ExternalCluster, parse_commands
     from onceproof.errors import SetupError
+    from onceproof.memory import for_running
     from onceproof.workloads.settings import SettingsError, parse, parse_client
     option = pytestconfig.getoption
     # Before the cluster's and the clients' threads: a session of hours stays flat.

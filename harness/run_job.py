@@ -187,8 +187,8 @@ def _finish_folder(trial, cluster: AnyCluster) -> None:
 def _outcomes(tables: Path) -> tuple[Counter, Counter]:
     """Completed client ops by outcome, and completed faults by kind, from the ops table
     of a run's history.parquet/."""
-    from onceproof.checkers.history import CLUSTER, NEMESIS
     from onceproof.checkers.store import read_table
+    from onceproof.history.format import CLUSTER, NEMESIS
     ops = read_table(tables, "ops", ["process", "f", "type", "complete_index"]).to_pandas()
     done = ops[ops["complete_index"].notna() & (ops["f"] != CLUSTER)]
     fault = done["process"] == NEMESIS

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onceproof.checkers import Verdict, check
-from onceproof.checkers.history import NEMESIS
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import AnyCluster
+from onceproof.history.format import NEMESIS
 from onceproof.run.execute import run, under_test
 from onceproof.workloads.faults import FAULTS, is_undo
 from onceproof.workloads.plan import save, size

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from onceproof.checkers.cycles import WW
-from onceproof.checkers.history import HistoryWriter
+from onceproof.history.writer import HistoryWriter
 
 RC, RU = "read_committed", "read_uncommitted"
 

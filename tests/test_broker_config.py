@@ -7,9 +7,9 @@ import json
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from onceproof.checkers.history import CLUSTER, NEMESIS
 from onceproof.cluster.cluster import status
 from onceproof.errors import SetupError
+from onceproof.history.format import CLUSTER, NEMESIS
 from onceproof.report.page import write_report
 from onceproof.run import execute
 from onceproof.trial import run_trial

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onceproof.calibration import LegResult
-from onceproof.checkers.history import read_events
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS, kafka_version
+from onceproof.history.read import read_events
 from onceproof.search import HuntResult
 from onceproof.trial import run_trial
 from onceproof.workloads.suites import HISTORICAL, NEWEST_KAFKA, SUITES

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from onceproof.checkers import check, groups
-from onceproof.checkers.history import HistoryError
+from onceproof.history.format import HistoryError
 from tests.histories import RU, History, assert_witnessed, example, found, verdict, witnessed
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from onceproof.checkers import check
-from onceproof.checkers.history import HistoryWriter
+from onceproof.history.writer import HistoryWriter
 
 
 def _history(path, high: int):

@@ -7,7 +7,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from onceproof.checkers.history import HistoryWriter, read_events
+from onceproof.history.read import read_events
+from onceproof.history.writer import HistoryWriter
 from onceproof.run import clients
 from onceproof.run.execute import _create_topics
 

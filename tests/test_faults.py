@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceproof.checkers.history import HistoryWriter, read_events
+from onceproof.history.read import read_events
+from onceproof.history.writer import HistoryWriter
 from onceproof.report import faults as report_faults
 from onceproof.report.history import load
 from onceproof.workloads import faults

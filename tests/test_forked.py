@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from onceproof.checkers import forked
-from onceproof.checkers.history import cores
+from onceproof.history.parse import cores
 
 
 def test_workers_are_other_processes_and_keep_the_order():

@@ -1,4 +1,4 @@
-"""The history writer and its two readers (checkers/history.py): the fast one and the
+"""The history writer and its two readers (onceproof.history): the fast one and the
 per-line one, which must agree; and the tables a history converts to. No Spark."""
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from onceproof.checkers import check, history
-from onceproof.checkers.history import HistoryError, HistoryWriter, events_table, read_events
+from onceproof.checkers import check
 from onceproof.checkers.store import FORMAT, convert, tables_of
+from onceproof.history import access, lines, parse
+from onceproof.history import read as readers
+from onceproof.history.format import NEMESIS, HistoryError
+from onceproof.history.read import events_table, read_events
+from onceproof.history.writer import HistoryWriter
 
 
 def _write_sample(path):
@@ -237,9 +241,9 @@ def test_lone_surrogates_in_free_form_parts_come_out_as_text(tmp_path):
     ]
     path.write_text("\n".join(lines) + "\n")
     assert events_table(path).num_rows == 2  # the fast reader accepts it (no fallback)
-    faults = history.nemesis_values(path)
+    faults = access.nemesis_values(path)
     assert faults == {1: {"node": "n\\ud800", "x\\ud800": [1, "\\udfff"]}}
-    sent = history.values_at(path, [0])[0]
+    sent = access.values_at(path, [0])[0]
     assert sent["records"][0]["key"] == "k\\udc00"
     json.dumps([faults, sent], ensure_ascii=False).encode("utf-8")  # text, every string
 
@@ -269,9 +273,8 @@ def test_a_blank_line_does_not_hide_a_line_of_two_events(tmp_path, monkeypatch, 
     """Lines counted against events: a blank line (empty, or only whitespace of any
     length) beside a line of two events makes as many lines as events, and the fast
     reader must still refuse that line, in whichever part of the file each falls."""
-    from onceproof.checkers import history
-    monkeypatch.setattr(history, "PARTS", parts)
-    monkeypatch.setattr(history, "_BLOCK", 256)
+    monkeypatch.setattr(parse, "PARTS", parts)
+    monkeypatch.setattr(parse, "BLOCK", 256)
     events = [{"index": i, "op": i // 2, "process": "p", "type": t, "f": "commit_txn",
                "time": i, "value": {}} for i, t in enumerate(["invoke", "ok"] * 8)]
     lines = [json.dumps(e) for e in events]
@@ -286,13 +289,12 @@ def test_a_blank_line_does_not_hide_a_line_of_two_events(tmp_path, monkeypatch, 
 
 
 def test_line_starts_skip_blank_lines_of_any_length_in_any_chunk(monkeypatch):
-    from onceproof.checkers import history
     text = b'{"a":1}\n\n   \n{"b":2}\n' + b" " * 20 + b'\n\t{"c":3}\n{"d":4}'
     expected = [i for i, line in enumerate(text.split(b"\n")) if line.strip()]
     starts = [0] + [i + 1 for i, c in enumerate(text) if c == ord("\n")]
     for chunk in (1, 2, 3, 7, 8, 64):
-        monkeypatch.setattr(history, "_CHUNK", chunk)
-        got = history._line_starts(text, len(text)).tolist()
+        monkeypatch.setattr(lines, "_CHUNK", chunk)
+        got = lines.line_starts(text, len(text)).tolist()
         assert got == [starts[i] for i in expected], chunk
 
 
@@ -309,7 +311,7 @@ def test_a_second_completion_names_its_line(tmp_path):
 @pytest.mark.parametrize("ids", [(-3, -2), (5, 10**15)], ids=["dense", "spread"])
 def test_the_rules_between_events_hold_for_op_ids_near_or_far_apart(tmp_path, ids):
     """Op ids near each other are numbered by their span, others hashed
-    (history._op_codes): either way, one op's events are found together."""
+    (rules._op_codes): either way, one op's events are found together."""
     a, b = ids
     path = tmp_path / "h.jsonl"
     events = [(a, "invoke"), (a, "ok"), (b, "invoke"), (b, "ok")]
@@ -342,12 +344,12 @@ def test_fast_parser_and_reader_agree(tmp_path):
 def _per_line_reads(monkeypatch) -> list[str]:
     """The files the fast reader hands to the per-line reader, from now on."""
     handed: list[str] = []
-    per_line = history.read_events
+    per_line = readers.read_events
 
     def spied(path):
         handed.append(str(path))
         return per_line(path)
-    monkeypatch.setattr(history, "read_events", spied)
+    monkeypatch.setattr(readers, "read_events", spied)
     return handed
 
 
@@ -477,27 +479,25 @@ def test_warnings_do_not_leak_from_a_clean_history(tmp_path):
 def test_a_big_file_parsed_in_parts_converts_as_in_one(tmp_path, monkeypatch):
     # Parts are cut at line ends, parsed by threads of their own, and put back in file
     # order: every table comes out as from one pass over the file.
-    from onceproof.checkers import history
     from tests.support.synth.clients import Shape, synthesize_file
     path = tmp_path / "h.jsonl"
     synthesize_file(path, 3, Shape(ops=3000))
-    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
+    monkeypatch.setattr(parse, "BLOCK", 64 << 10)
 
     def slow_path(path):
         raise AssertionError("the fast reader handed the file to the per-line one")
-    monkeypatch.setattr(history, "read_events", slow_path)
+    monkeypatch.setattr(readers, "read_events", slow_path)
     tables = {}
     for parts in (1, 3):
-        monkeypatch.setattr(history, "PARTS", parts)
+        monkeypatch.setattr(parse, "PARTS", parts)
         tables[parts], stats = tables_of(path)
         assert stats["reads"] > 0 and stats["writes"] > 0
-    assert path.stat().st_size > 6 * history._BLOCK  # so three parts were made
+    assert path.stat().st_size > 6 * parse.BLOCK  # so three parts were made
     for name, table in tables[1].items():
         assert table.equals(tables[3][name]), name
 
 
 def test_a_bad_line_in_a_later_part_is_named(tmp_path, monkeypatch):
-    from onceproof.checkers import history
     from tests.support.synth.clients import Shape, synthesize_file
     path = tmp_path / "h.jsonl"
     synthesize_file(path, 3, Shape(ops=3000))
@@ -505,8 +505,8 @@ def test_a_bad_line_in_a_later_part_is_named(tmp_path, monkeypatch):
     bad = len(lines) - 10
     lines[bad] = '{"index": 12, "op": \n'
     path.write_text("".join(lines))
-    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
-    monkeypatch.setattr(history, "PARTS", 3)
+    monkeypatch.setattr(parse, "BLOCK", 64 << 10)
+    monkeypatch.setattr(parse, "PARTS", 3)
     with pytest.raises(HistoryError, match=rf"h\.jsonl:{bad + 1}: "):
         tables_of(path)
 
@@ -515,11 +515,10 @@ def test_the_needle_is_found_across_reads(tmp_path):
     # pyarrow reads a part in blocks; a fault's "nemesis" may straddle two of them.
     import io
 
-    from onceproof.checkers import history
     text = b'{"a":1}\n{"process":"nemesis"}\n{"process":"nemesis","x":"nemesis"}\n'
     for size in (1, 3, 4, 7, 64):
         hits: list[int] = []
-        scanned = history._Scanned(io.BytesIO(b"xx" + text), 2, len(text), hits)
+        scanned = parse._Scanned(io.BytesIO(b"xx" + text), 2, len(text), hits)
         scanned.fh.seek(2)
         while scanned.read(size):
             pass
@@ -530,26 +529,24 @@ def test_the_needle_is_found_across_reads(tmp_path):
 def test_fault_lines_found_while_parsing_give_every_fault(tmp_path, monkeypatch):
     # The fast reader notes where fault lines are; reading only those lines gives the
     # same parameters as searching the whole file.
-    from onceproof.checkers import history
     from onceproof.checkers.extract import Extract
     from onceproof.checkers.spool import Partitions, PollSpool
     from tests.support.synth.clients import Shape, synthesize_file
     path = tmp_path / "h.jsonl"
     synthesize_file(path, 3, Shape(ops=3000))
-    monkeypatch.setattr(history, "_BLOCK", 64 << 10)
-    monkeypatch.setattr(history, "PARTS", 3)
+    monkeypatch.setattr(parse, "BLOCK", 64 << 10)
+    monkeypatch.setattr(parse, "PARTS", 3)
     sink = Extract(PollSpool(tmp_path, Partitions()))
     events_table(path, sink=sink)
     assert sink.fault_lines is not None
-    everything = history.nemesis_values(path)
+    everything = access.nemesis_values(path)
     assert len(everything) > 10
-    assert history.nemesis_values(path, sink.fault_lines) == everything
+    assert access.nemesis_values(path, sink.fault_lines) == everything
 
 
 def test_a_line_longer_than_a_block_is_parsed_with_larger_blocks(tmp_path, monkeypatch):
     # A poll of many records is one long line; pyarrow needs whole lines in a block, so
     # the fast reader starts again with larger blocks rather than give up on the file.
-    from onceproof.checkers import history
     path = tmp_path / "h.jsonl"
     records = [{"topic": "t", "partition": 0, "value": v, "offset": v} for v in range(300)]
     with HistoryWriter(path) as w:
@@ -561,12 +558,12 @@ def test_a_line_longer_than_a_block_is_parsed_with_larger_blocks(tmp_path, monke
         w.ok(op, {"records": records})
     expected, _ = tables_of(path)
     longest = max(len(line) for line in path.read_bytes().splitlines())
-    monkeypatch.setattr(history, "_BLOCK", 2048)
-    assert longest > 4 * history._BLOCK
+    monkeypatch.setattr(parse, "BLOCK", 2048)
+    assert longest > 4 * parse.BLOCK
 
     def slow_path(path):
         raise AssertionError("the fast reader handed the file to the per-line one")
-    monkeypatch.setattr(history, "read_events", slow_path)
+    monkeypatch.setattr(readers, "read_events", slow_path)
     tables, stats = tables_of(path)
     assert stats["reads"] == 300 and stats["writes"] == 300
     for name, table in expected.items():
@@ -638,12 +635,12 @@ def _outcome(read, path):
         got = read(path)
     except HistoryError as exc:
         return "refused", str(exc)
-    rows = (got if isinstance(got, pa.Table) else history._from_events(got)).to_pylist()
+    rows = (got if isinstance(got, pa.Table) else readers._from_events(got)).to_pylist()
     # What the checks read of an event's value (extract.py): a fault's is not read, and
     # a value that is null or holds no field EVENT names is the same nothing.
     for row in rows:
         value = row["value"]
-        if row["process"] == history.NEMESIS or not value or all(
+        if row["process"] == NEMESIS or not value or all(
                 v is None for v in value.values()):
             row["value"] = None
     return "read", rows

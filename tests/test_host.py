@@ -17,8 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from onceproof.checkers.history import NEMESIS, HistoryWriter, read_events
 from onceproof.checkers.store import tables_of
+from onceproof.history.format import NEMESIS
+from onceproof.history.read import read_events
+from onceproof.history.writer import HistoryWriter
 from onceproof.run import host, rounds
 from onceproof.run.clients import RunContext
 from onceproof.run.fleet import ERROR, HUNG, Fleet

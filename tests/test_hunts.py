@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from onceproof.checkers.history import read_events
+from onceproof.history.read import read_events
 from onceproof.search import hunt
 from onceproof.workloads import faults
 from onceproof.workloads.suites import HUNTS

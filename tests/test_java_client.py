@@ -9,8 +9,9 @@ from collections import Counter
 import psutil
 import pytest
 
-from onceproof.checkers.history import CLUSTER, NEMESIS, read_events
 from onceproof.cluster.provision import ensure_java_client
+from onceproof.history.format import CLUSTER, NEMESIS
+from onceproof.history.read import read_events
 from onceproof.run.jvm import java_config, unknown_settings
 from onceproof.search import search_name
 from onceproof.trial import run_trial

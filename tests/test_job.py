@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from onceproof.checkers.history import read_events
+from onceproof.history.read import read_events
 from onceproof.workloads.plan import save
 
 pytestmark = pytest.mark.cluster

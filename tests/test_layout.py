@@ -1,9 +1,10 @@
 """The package's shape: one import name, and imports that follow the data flow.
 
-Formats sit at the bottom (the plan in workloads/, the history and the checks in
-checkers/); the machinery that runs and reports sits above them; the shell wires it all.
-An import may only point down this list, which is what lets each stage be used alone
-(check a history from elsewhere, replay a plan without Hypothesis)."""
+Formats sit at the bottom (the plan in workloads/, the history in onceproof.history,
+with errors and memory beside them); the checks above the history; the machinery that
+runs and reports above them; the shell wires it all. An import may only point down this
+list, which is what lets each stage be used alone (check a history from elsewhere,
+replay a plan without Hypothesis)."""
 from __future__ import annotations
 
 import ast
@@ -18,15 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # folder -> the package name it installs as (pyproject.toml's package-dir)
 FOLDERS = {"harness": "onceproof", "checkers": "onceproof.checkers",
            "workloads": "onceproof.workloads"}
-# package -> what it may import of onceproof besides itself
+# package -> the packages it may import of onceproof besides itself, whole
 ALLOWED = {
-    "onceproof.checkers": set(),
+    "onceproof.errors": set(),
+    "onceproof.memory": set(),
+    "onceproof.history": {"onceproof.memory"},
     "onceproof.workloads": set(),
+    "onceproof.checkers": {"onceproof.history", "onceproof.memory"},
     "onceproof.cluster": {"onceproof.errors"},
-    # The history writer, and malloc's trim for a run of hours (run/load.py).
-    "onceproof.run": {"onceproof.errors", "onceproof.cluster", "onceproof.workloads",
-                      "onceproof.checkers.history", "onceproof.checkers.memory"},
-    "onceproof.report": {"onceproof.errors", "onceproof.checkers", "onceproof.workloads"},
+    "onceproof.run": {"onceproof.errors", "onceproof.memory", "onceproof.history",
+                      "onceproof.cluster", "onceproof.workloads"},
+    "onceproof.report": {"onceproof.errors", "onceproof.history", "onceproof.checkers",
+                         "onceproof.workloads"},
 }
 
 
@@ -106,5 +110,16 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"onceproof"}, tops
-    assert "onceproof/checkers/history.py" in names
+    assert "onceproof/history/read.py" in names
+    assert "onceproof/checkers/verdict.py" in names
     assert "onceproof/report/templates/report.html" in names
+
+
+def test_a_client_process_loads_neither_pandas_nor_arrow():
+    # What a client's host imports (run/host.py, the fork server's preload) records
+    # through the history writer, and needs none of the readers' pandas, numpy or Arrow.
+    code = ("import sys, onceproof.run.host\n"
+            "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]

@@ -7,7 +7,8 @@ from itertools import pairwise
 
 import pytest
 
-from onceproof.checkers.history import NEMESIS, read_events
+from onceproof.history.format import NEMESIS
+from onceproof.history.read import read_events
 from onceproof.trial import run_trial
 from onceproof.workloads.strategies import WORKLOADS, deal
 

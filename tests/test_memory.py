@@ -1,4 +1,4 @@
-"""checkers/memory.py: freed memory the allocators keep goes back to the system (large
+"""harness/memory.py (onceproof.memory): freed memory the allocators keep goes back to the system (large
 blocks at once, when asked); a checking worker keeps what it frees for its next
 allocations."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from onceproof.checkers import memory
+from onceproof import memory
 
 
 def _rss() -> int:
@@ -42,7 +42,7 @@ def _printed(script: str, mode: str) -> int:
 
 _REFAULTS = """
 import resource, sys
-from onceproof.checkers import memory
+from onceproof import memory
 if sys.argv[1] == "keep":
     assert memory.keep_freed()
 def faults():
@@ -65,7 +65,7 @@ def test_a_worker_that_keeps_freed_memory_reuses_its_pages():
 
 _HELD = """
 import sys, psutil
-from onceproof.checkers import memory
+from onceproof import memory
 if sys.argv[1] == "map":
     assert memory.map_large()
 def rss():
@@ -89,7 +89,7 @@ def test_a_converter_that_maps_large_blocks_gives_them_back_when_freed():
 
 _ARROW_POOL = """
 import pyarrow as pa
-from onceproof.checkers import memory
+from onceproof import memory
 assert memory.for_checking()
 numbers = pa.array(range(100_000))
 print(pa.default_memory_pool().backend_name, pa.system_memory_pool().bytes_allocated() > 0)
@@ -106,7 +106,7 @@ def test_a_checking_worker_takes_arrows_memory_from_malloc_as_it_keeps_it():
 
 _THREADS_MALLOC = """
 import ctypes, sys, threading
-from onceproof.checkers import memory
+from onceproof import memory
 if sys.argv[1] == "capped":
     assert memory.for_running(2)
 libc = ctypes.CDLL(None)

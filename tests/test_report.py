@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from markupsafe import escape
 
 from onceproof.checkers import anomaly
-from onceproof.checkers.history import HistoryWriter
 from onceproof.cli import main
+from onceproof.history.writer import HistoryWriter
 from onceproof.report import faults as report_faults
 from onceproof.report.history import load
 from onceproof.report.page import write_report
@@ -327,7 +327,7 @@ def test_what_was_not_judged_is_shown(tmp_path):
 
 
 def test_the_client_libraries_and_transaction_protocols_are_named(tmp_path):
-    from onceproof.checkers.history import CLUSTER
+    from onceproof.history.format import CLUSTER
     with HistoryWriter(tmp_path / "history.jsonl", clock=Clock()) as w:
         w.fault(CLUSTER, {"kafka_version": "4.4.0", "nodes": [1, 2, 3], "broker": {},
                           "clients": {"librdkafka": "2.16.0", "java": "4.4.0"}})

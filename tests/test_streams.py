@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from onceproof.checkers.history import read_events
 from onceproof.checkers.streams import LOW16
+from onceproof.history.read import read_events
 from onceproof.run.fleet import CRASHED
 from onceproof.trial import run_trial
 from onceproof.workloads.plan import PlanError, on_client, validate

@@ -2,9 +2,9 @@
 anything. Only what the plan's clients completed counts, never the harness's final reads."""
 from __future__ import annotations
 
-from onceproof.checkers.history import HistoryWriter
 from onceproof.checkers.store import convert
 from onceproof.checkers.verdict import Verdict
+from onceproof.history.writer import HistoryWriter
 from onceproof.trial import Counterexamples, Trial, exercised, reproduces
 
 REC = {"topic": "t", "partition": 0, "key": "k"}

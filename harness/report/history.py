@@ -5,7 +5,7 @@ converter wrote from it (checkers/store.py). The report reads those tables: ops 
 their invoke and completion times and outcomes, faults with their parameters, and the
 sends and reads of a value. A folder with only a history.jsonl (one from elsewhere) is
 converted first, by the same one reader. The values of the few ops the page shows are
-read from their own lines by the history reader (checkers.history.values_at). Nothing
+read from their own lines by the history reader (onceproof.history.access.values_at). Nothing
 here needs Spark.
 """
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from onceproof.checkers.history import NEMESIS, HistoryError, values_at
 from onceproof.checkers.store import MANIFEST, convert, read_manifest, read_table
+from onceproof.history.access import values_at
+from onceproof.history.format import NEMESIS, HistoryError
 
 JSONL = "history.jsonl"
 TABLES = "history.parquet"

@@ -23,7 +23,7 @@ import jinja2
 import pandas as pd
 
 from onceproof.checkers import anomaly
-from onceproof.checkers.history import CLUSTER, NEMESIS
+from onceproof.history.format import CLUSTER, NEMESIS
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load

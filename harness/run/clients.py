@@ -13,14 +13,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from onceproof.history.writer import Recorder
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
-
-if TYPE_CHECKING:  # a client process records through run/host.py's Forwarder instead
-    from onceproof.checkers.history import HistoryWriter
 
 # librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
 # its most severe level, which log_level cannot silence; the history records it anyway.
@@ -76,7 +74,7 @@ class RunContext:
     how plan names map to this run's fresh topics, groups and transactional ids, each
     under the run's own prefix (so a run on a shared cluster can be told apart, granted
     prefixed ACLs, and cleaned up)."""
-    writer: HistoryWriter
+    writer: Recorder  # the run's HistoryWriter, or in a client process its Forwarder (run/host.py)
     # bootstrap.servers and the cluster's client settings, which may hold secrets: used
     # to connect, never recorded.
     connection: dict = field(repr=False)
@@ -231,7 +229,7 @@ def timed(value: dict, seconds: float) -> dict:
     return {**value, "timeout_ms": round(seconds * 1000)}
 
 
-def _send(w: HistoryWriter, producer: Producer, process: str, records: list[dict],
+def _send(w: Recorder, producer: Producer, process: str, records: list[dict],
           ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT,
           shared: bool = False) -> tuple[str, list]:
     """Produce records as one send op; return its outcome and the errors seen. A

@@ -30,10 +30,11 @@ from pathlib import Path
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition, libversion
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from onceproof.checkers.history import CLUSTER, HistoryWriter
 from onceproof.cluster.external import AnyCluster, CommandFailed
 from onceproof.cluster.provision import JavaClientDist, ensure_java_client
 from onceproof.errors import SetupError
+from onceproof.history.format import CLUSTER
+from onceproof.history.writer import HistoryWriter
 from onceproof.run import load, rounds
 from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunContext, TopicConsumer
 from onceproof.run.fleet import Fleet

@@ -36,15 +36,16 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from onceproof.checkers.memory import for_running, trim
 from onceproof.cluster.procs import die_with_parent, name_process
+from onceproof.history.writer import Recorder
+from onceproof.memory import for_running, trim
 from onceproof.run import clients
 from onceproof.run.clients import CLIENTS, HANG_GRACE, OP_TIMEOUT, PROCESSES, RunContext
 
 PROCESSES.set_forkserver_preload(["onceproof.run.host"])
 # One start at a time: multiprocessing's bookkeeping of its children is not thread-safe.
 _starting = threading.Lock()
-# How often a host gives back what malloc keeps freed (see checkers/memory.py).
+# How often a host gives back what malloc keeps freed (see harness/memory.py).
 TRIM_EVERY = 30.0
 # How long a new host may take to make its client (a consumer waits for its positions).
 START_TIMEOUT = 60.0
@@ -237,7 +238,7 @@ class HostedClient:
 # ---- the host's side ---------------------------------------------------------------
 
 
-class Forwarder:
+class Forwarder(Recorder):
     """What a client in a host records through: the HistoryWriter calls the clients
     make, sent to the harness. An invoke returns once the harness has written it."""
 
@@ -268,15 +269,6 @@ class Forwarder:
                  error: str | None = None) -> None:
         self.send(("complete", op, type, value, error))
 
-    def ok(self, op: int, value: dict | None = None) -> None:
-        self.complete(op, "ok", value)
-
-    def fail(self, op: int, error: str, value: dict | None = None) -> None:
-        self.complete(op, "fail", value, error)
-
-    def info(self, op: int, error: str, value: dict | None = None) -> None:
-        self.complete(op, "info", value, error)
-
 
 def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
           values: Any) -> None:
@@ -284,7 +276,7 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
     lane's in a thread of its own, until the harness ends the process."""
     die_with_parent()
     name_process(f"onceproof {process}")
-    for_running()  # before the client's threads: see checkers/memory.py
+    for_running()  # before the client's threads: see harness/memory.py
     forward = Forwarder(conn)
     made: dict[str, Any] = {}
     if context.get("logs") and clients.asks_for_debug_log(plan, spec):

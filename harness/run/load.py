@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
 
-from onceproof.checkers.memory import trim
+from onceproof.memory import trim
 from onceproof.run.clients import lane_process
 from onceproof.run.fleet import CRASHED, HUNG, Fleet
 from onceproof.workloads.ops import Seeded, closing_op, next_op
@@ -26,7 +26,7 @@ from onceproof.workloads.ops import Seeded, closing_op, next_op
 HANG_AFTER = 120.0
 # How often the watchdog looks and reports progress.
 TICK = 0.5
-# How often a run gives back what malloc's arenas keep freed (checkers/memory.py,
+# How often a run gives back what malloc's arenas keep freed (harness/memory.py,
 # for_running): a run of hours would otherwise keep what its threads once freed.
 TRIM_EVERY = 30.0
 # Seeds of a client's threads after its first: its seed plus a multiple of this.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from onceproof.checkers.history import HistoryWriter
+from onceproof.history.writer import HistoryWriter
 from onceproof.workloads.faults import REQUEST_EVENT
 
 POLL = 0.05

@@ -22,8 +22,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from onceproof.checkers.history import CLUSTER, read_events
 from onceproof.cluster.cluster import Cluster
+from onceproof.history.format import CLUSTER
+from onceproof.history.read import read_events
 from onceproof.trial import run_trial
 from onceproof.workloads.plan import client_spec, on_client
 
