@@ -461,7 +461,16 @@ HISTORICAL = {h.name: h for h in [
               # transaction timeout of a minute, so the coordinator does not end the
               # next transaction on its own before the held request lands.
               config={"producer": {"socket.timeout.ms": 3000, "message.timeout.ms": 10000,
-                                   "transaction.timeout.ms": 60000}},
+                                   "transaction.timeout.ms": 60000},
+                      # After the late EndTxn ends the open transaction, what shows it is
+                      # the client writing to a partition that transaction did not have
+                      # (its AddPartitionsToTxn opens another under the same epoch) and
+                      # then ending the other way: several sends a transaction, over six
+                      # partitions, make that likely. (On two partitions, 0 of 3 plans
+                      # showed it on 3.8.1; 1 of 3 on 4.4.0.)
+                      "topics": {"t": {"partitions": 6}}},
+              options={"txn_ops": ["send", "send", "send", "commit", "abort"],
+                       "max_records": 2},
               faults=("hold_endtxn",), interval=8.0, seconds=(30, 60),
               shapes=("concurrent",)),
         "KAFKA-17754",
