@@ -1,7 +1,11 @@
 """Arrow and pandas helpers for building the checkers' tables (checkers/tables.py):
-exploding list fields of events into rows, exact integer columns, joins by position,
-and frames or tables in a table's schema."""
+exploding list fields of events into rows, exact integer columns, joins by position
+(KeyIndex, and WriteIndex: the write of each value), and frames or tables in a table's
+schema."""
 from __future__ import annotations
+
+import copy
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -9,11 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .tables import SCHEMAS
-
-
-def explode_frame(events: pa.Table, mask: np.ndarray, key: str) -> pd.DataFrame:
-    """One row per item of value.<key> of the events selected by mask: op, rec, fields."""
-    return explode(events, mask, key).to_pandas(types_mapper=nullable)
 
 
 def explode(events: pa.Table, mask: np.ndarray, key: str) -> pa.Table:
@@ -88,6 +87,27 @@ def positions_in(index: pd.Index | KeyIndex, keys: np.ndarray,
     if valid is not None:
         idx = np.where(valid, idx, -1)
     return idx
+
+
+class WriteIndex:
+    """Which row of the writes table wrote each value (values are unique)."""
+
+    def __init__(self, writes: pa.Table) -> None:
+        self.writes = writes
+        values, valid = ints(writes.column("value"))
+        self.values = KeyIndex(values[valid])
+        self.rows = np.flatnonzero(valid)
+
+    def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        at = positions_in(self.values, values, valid)
+        return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
+
+    def keeping(self, columns: list[str],
+                then: Callable[[pa.Table], pa.Table] = lambda t: t) -> WriteIndex:
+        """The same index, holding only `columns` of the writes (made `then`)."""
+        narrow = copy.copy(self)
+        narrow.writes = then(self.writes.select(columns))
+        return narrow
 
 
 def null_ints(n: int) -> pd.arrays.IntegerArray:
@@ -212,11 +232,6 @@ def nullable(t):
     if pa.types.is_boolean(t):
         return pd.BooleanDtype()
     return None
-
-
-def value_field(events: pa.Table, mask: np.ndarray, key: str) -> np.ndarray:
-    field = pc.struct_field(events.column("value"), key)
-    return field.filter(pa.array(mask)).to_numpy(zero_copy_only=False)
 
 
 def ordered(cols: dict, name: str) -> pa.Table:

@@ -15,7 +15,6 @@ is made.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from onceproof.memory import give_back, keep_freed, map_large
 from . import txn_status
 from .arrow import (
     KeyIndex,
+    WriteIndex,
     as_types,
     coded,
     compacted,
@@ -188,27 +188,6 @@ def _check_acks(path, acked: pa.Table, ops_t: pa.Table, ops_index: KeyIndex) -> 
         raise HistoryError(f"{path}: the ok of send op {ops[i]} lists {counts[i]} records, "
                            f"its invoke {asked[i]}; an ok lists the records its invoke sent, "
                            "each with its offset (docs/history.md)")
-
-
-class WriteIndex:
-    """Which row of the writes table wrote each value (values are unique)."""
-
-    def __init__(self, writes: pa.Table) -> None:
-        self.writes = writes
-        values, valid = ints(writes.column("value"))
-        self.values = KeyIndex(values[valid])
-        self.rows = np.flatnonzero(valid)
-
-    def rows_of(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        at = positions_in(self.values, values, valid)
-        return np.where(at >= 0, self.rows[np.maximum(at, 0)] if len(self.rows) else 0, -1)
-
-    def keeping(self, columns: list[str],
-                then: Callable[[pa.Table], pa.Table] = lambda t: t) -> WriteIndex:
-        """The same index, holding only `columns` of the writes (made `then`)."""
-        narrow = copy.copy(self)
-        narrow.writes = then(self.writes.select(columns))
-        return narrow
 
 
 # What a read takes of its op (invoke_index orders them too).

@@ -33,6 +33,7 @@ from onceproof.history.format import NEMESIS
 
 from .arrow import (
     KeyIndex,
+    WriteIndex,
     empty_frame,
     equal_to,
     ints,
@@ -43,7 +44,6 @@ from .arrow import (
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
 if TYPE_CHECKING:
-    from .flatten import WriteIndex
     from .spool import PollSpool
 
 
