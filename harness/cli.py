@@ -589,7 +589,7 @@ def install(kafka_version: str | None) -> None:
 
 @main.command("run")
 @click.option("--workload", default="pipeline", show_default=True,
-              help="producers, transactions, pipeline or rewind.")
+              help="producers, transactions, pipeline, rewind or streams.")
 @click.option("--faults", default=None,
               help="mixed, net, node, none, or a comma-separated list of fault kinds "
                    "(default: mixed; with --bootstrap, the node faults your --fault-command "
@@ -641,7 +641,7 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
 @click.option("--kafka-version", "versions", multiple=True,
               help="A release to run (repeatable; default: every tested release, newest first).")
 @click.option("--workload", default="pipeline", show_default=True,
-              help="producers, transactions, pipeline or rewind.")
+              help="producers, transactions, pipeline, rewind or streams.")
 @click.option("--faults", default="mixed", show_default=True,
               help="mixed, net, node, none, or a comma-separated list of fault kinds.")
 @click.option("--duration", default=30, show_default=True, help="Seconds of workload per release.")

@@ -51,6 +51,14 @@ def test_every_command_prints_its_help_and_exits_0(path):
     assert "internal error" not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "versions"])
+def test_the_workload_option_names_every_workload(command):
+    from onceproof.workloads.strategies import WORKLOADS
+    option = next(p for p in main.commands[command].params if p.name == "workload")
+    assert option.help is not None
+    assert set(WORKLOADS) <= set(option.help.rstrip(".").replace(",", " ").split())
+
+
 def test_a_usage_error_is_reported_by_click_not_as_an_internal_error():
     done = _run(str(SCRIPT), "run", "--no-such-option")
     assert done.returncode == 2
