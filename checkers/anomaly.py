@@ -10,8 +10,9 @@ them. The report links witnesses from this list, never from the detail's words.
 REGISTRY holds, for each type: the family (the checkers module that finds it, whose
 docstrings give the full reasoning), its severity, its definition (the one text the
 report and docs/checkers.md show), and its witnesses: which of COLUMNS its rows fill
-and what each holds, and the roles its `witnesses` lists use (`roles`; N in "edge N
-source" stands for the edge's number). Its order is the order a verdict lists types in.
+and what each holds, the roles its `witnesses` lists use (`roles`; N in "edge N
+source" stands for the edge's number), and the other types one anomaly of it may also
+be (`implies`, IMPLIES). Its order is the order a verdict lists types in.
 
 Severity: a `violation` contradicts what Kafka claims and makes the history invalid; a
 `note` is reported but does not, because Kafka does not claim to prevent it; `liveness`
@@ -58,6 +59,10 @@ class Anomaly:
     definition: str
     witnesses: MappingProxyType
     roles: MappingProxyType
+    # The other types that one anomaly of this type may also be, under their
+    # definitions: where a check finds this, these may stand beside it for the same
+    # misbehaviour (IMPLIES).
+    implies: frozenset[str] = frozenset()
 
     def has_role(self, role: str) -> bool:
         return re.sub(r"^edge \d+ ", "edge N ", role) in self.roles
@@ -75,12 +80,13 @@ def _w(**fields: str) -> MappingProxyType:
 
 
 def _a(name: str, family: str, definition: str, witnesses: MappingProxyType,
-       roles: dict[str, str], severity: str = VIOLATION) -> Anomaly:
+       roles: dict[str, str], severity: str = VIOLATION, implies: tuple[str, ...] = ()) -> Anomaly:
     if not roles:
         raise ValueError(f"{name}: every type names the roles of its witnesses")
     text = "; ".join(f"{role}: {' '.join(what.split())}" for role, what in roles.items())
     return Anomaly(name, family, severity, " ".join(definition.split()),
-                   MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles))
+                   MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles),
+                   frozenset(implies))
 
 
 # The role of the op that committed a write's transaction, where a type's definition
@@ -129,7 +135,9 @@ REGISTRY: tuple[Anomaly, ...] = (
               "reader": "the last poll of a scan that went over it, one per reader process",
               "scan start": "where that scan began: the seek (or assign) whose position "
                             "began it, else the poll of its first read",
-              "commit": _COMMIT_OF_TXN}),
+              "commit": _COMMIT_OF_TXN},
+       # The reader whose scan went over it skipped the value its ack placed there.
+       implies=("poll_skip",)),
     _a("unseen", "loss", """
        An acknowledged write that the final reads (polls marked final) did not return
        although they went over it: it was acknowledged before the final watermarks were read, so it lies below
@@ -197,7 +205,10 @@ REGISTRY: tuple[Anomaly, ...] = (
               "seen writer": "the send of a write they returned",
               "reader": "a read_committed poll that returned it",
               "commit": "the commit_txn of the transaction (the one that completed ok, else "
-                        "those that may have committed it)"}),
+                        "those that may have committed it)"},
+       # The missing write, acknowledged in a transaction that committed and gone over by
+       # a reader, is lost, and that reader skipped it.
+       implies=("lost_write", "poll_skip")),
     # Where consumers read (consumption)
     _a("poll_skip", "consumption", """
        Within one consumer's run, a read at offset b while the consumer stood just past
@@ -225,7 +236,10 @@ REGISTRY: tuple[Anomaly, ...] = (
                       "consumer stood at its position",
               "committed offset": "the consumer's commit of its offset that said where it "
                                   "stood after an aborted transaction",
-              "skipped writer": "the send of the skipped value"}),
+              "skipped writer": "the send of the skipped value"},
+       # A skip over a value known only from its ack, which no poll returned: the log
+       # lost that write.
+       implies=("lost_write",)),
     _a("nonmonotonic_poll", "consumption", """
        Within one consumer's run, a read at offset b <= a while the consumer stood just
        past offset a: back, or the same offset again, with no seek or assign between. a
@@ -443,6 +457,19 @@ REGISTRY: tuple[Anomaly, ...] = (
 BY_NAME = MappingProxyType({a.name: a for a in REGISTRY})
 # Every anomaly type, in the order a verdict lists them.
 TYPES = tuple(BY_NAME)
+
+
+def _implications(registry: tuple[Anomaly, ...]) -> MappingProxyType:
+    names = {a.name for a in registry}
+    for a in registry:
+        if not a.implies <= names - {a.name}:
+            raise ValueError(f"{a.name} implies {', '.join(sorted(a.implies))}: a type may "
+                             "imply only other types of the registry")
+    return MappingProxyType({a.name: a.implies for a in registry})
+
+
+# type -> the other types one anomaly of it may also be (Anomaly.implies).
+IMPLIES = _implications(REGISTRY)
 
 
 def of_family(family: str) -> tuple[str, ...]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import MappingProxyType
+
+import pytest
 
 from onceproof.checkers import anomaly
 from onceproof.checkers.verdict import FAMILIES
@@ -27,6 +30,16 @@ def test_each_type_names_its_witnesses_and_a_severity():
         assert a.roles and a.witnesses["witnesses"], a.name
         assert all(role in a.witnesses["witnesses"] for role in a.roles), a.name
         assert set(a.witnesses) <= set(anomaly.COLUMNS) - {"type", "severity"}, a.name
+
+
+def test_a_type_implies_only_other_types_of_the_registry():
+    assert set(anomaly.IMPLIES) == set(anomaly.TYPES)
+    for name, implied in anomaly.IMPLIES.items():
+        assert implied <= set(anomaly.TYPES) - {name}, name
+    bad = anomaly.Anomaly("x", "loss", anomaly.VIOLATION, "", MappingProxyType({}),
+                          MappingProxyType({}), frozenset({"no_such_type"}))
+    with pytest.raises(ValueError, match="x implies no_such_type"):
+        anomaly._implications((*anomaly.REGISTRY, bad))
 
 
 def test_cycles_alone_may_be_notes():
@@ -60,7 +73,7 @@ def test_the_registry_module_needs_no_spark():
         spec = importlib.util.spec_from_file_location("registry", {str(ROOT / "checkers" / "anomaly.py")!r})
         sys.modules["registry"] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        assert len(module.TYPES) == 28
+        assert module.TYPES == {anomaly.TYPES!r}
         assert "pyspark" not in sys.modules
     """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -585,30 +585,26 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
 # allows; the checkers report realizable ones, which valid histories contain, as notes.)
 NOTES = frozenset({"g0", "late_return", "unrecovered_partition", "unreadable_offsets"})
 
-# Other types an injection of a type necessarily creates too, and why. Empty for every
-# type but those below: each scenario is built so its anomaly implies no other under the
-# checkers' definitions (docs/checkers.md), which is where most of their shape comes from:
+# Each scenario is built so that its anomaly is no other type under the checkers'
+# definitions (docs/checkers.md), which is where most of their shape comes from, but
+# for the other types the registry says one anomaly of its type may also be
+# (checkers/anomaly.py, IMPLIES), which tests/test_synth_property.py allows beside it:
 # - lost_write: a lost write that final reads went over is also `unseen`, so the final
 #   reader starts past it and a non-final reader's seek and read go over it; that
-#   reader skipped the value its ack placed there, a poll_skip (IMPLIES);
+#   reader skipped the value its ack placed there, a poll_skip (implied);
 # - poll_skip: one of its skips is over a value known only from its ack, which the log
-#   lost: a lost_write too (IMPLIES);
+#   lost: a lost_write too (implied);
 # - unseen: the log ends before the acked write (high watermark below it), so no reader
 #   went over it, which would make it a lost_write;
 # - torn_txn: a write visible to read_committed readers proves the transaction committed
 #   (even when its commit_txn ended in info), so the missing write, acknowledged and
 #   gone over by a reader, is necessarily a lost_write too, and that reader's skip of
-#   it a poll_skip (were it in the read log, a poll_skip or rewind_mismatch); the final
-#   reader starts past it, so not unseen;
+#   it a poll_skip (both implied; were it in the read log, a poll_skip or
+#   rewind_mismatch); the final reader starts past it, so not unseen;
 # - rewind_mismatch: the skip comes right after a seek, which poll_skip leaves to it;
 # - unattributed_read: the value sits at a control marker's offset, which no write
 #   holds, so it is not also inconsistent_offset, and (unattributable, so invisible)
 #   the final reader passing over it is no poll_skip.
-# tests/test_synth_property.py holds every scenario to this table.
-IMPLIES: dict[str, frozenset[str]] = {t: frozenset() for t in SCENARIOS}
-IMPLIES["torn_txn"] = frozenset({"lost_write", "poll_skip"})
-IMPLIES["lost_write"] = frozenset({"poll_skip"})
-IMPLIES["poll_skip"] = frozenset({"lost_write"})
 
 
 def _max_value(events: list[Event]) -> int:
