@@ -177,7 +177,7 @@ def edges(facts: pd.DataFrame) -> pd.DataFrame:
         a = c.to_numpy() if c.dtype == object else c.array
         return a if every else a[at]
     # Fresh arrays, not copied again: pandas' copy of the object columns into one block
-    # took 0.8 of this function's 1.1 s for 1.5M edges (10M events).
+    # took most of this function's time (docs/performance.md, "Figures behind the code").
     return pd.DataFrame({name: picked(col) for name, col in (
         ("src", "txn"), ("dst", "txn2"), ("kind", "kind"), ("process", "process"),
         ("topic", "topic"), ("partition", "partition"), ("src_op", "op"),
@@ -406,11 +406,11 @@ class _Graph:
         cycle = np.repeat(np.arange(len(cycles)), sizes)[steps]
         steps = steps - (np.cumsum(sizes) - sizes)[cycle]
         bounds = np.searchsorted(cycle, np.arange(len(cycles) + 1))
-        # Only the witnesses shown, made plain: at 10M events 50k of 1.1M rows.
+        # Only the witnesses shown, made plain: a few percent of the rows.
         rows, at = np.unique(idx, return_inverse=True)
         # Every cycle's witnesses as Python lists, made at once: per cycle, numpy's
-        # slices and tolist cost more than the record they fill (11.8k cycles at 10M
-        # events, 0.75 s).
+        # slices and tolist cost more than the record they fill (docs/performance.md,
+        # "Figures behind the code").
         plain = {name: col[at].tolist() for name, col in self._plain(rows).items()}
         win = tuple(a[idx] for a in self.win)
         kinds = self.w_kind[idx]
@@ -472,7 +472,8 @@ class _Graph:
         # Only the columns used, of only those rows: a take copies every column it keeps.
         e = self.e[["topic", "partition", "src_off", "dst_off"]].iloc[rows]
         # (topic, partition) numbered in order of first appearance, as one integer key:
-        # pandas' factorize of the pairs as a MultiIndex took 70% of this function.
+        # pandas' factorize of the pairs as a MultiIndex took most of this function's
+        # time (docs/performance.md, "Figures behind the code").
         topic = pd.factorize(e["topic"].to_numpy(dtype=object))[0].astype(np.int64)
         p = e["partition"].to_numpy(dtype=np.int64, na_value=-1) + 1
         part = pd.factorize(topic * (int(p.max()) + 1) + p)[0]
@@ -524,7 +525,8 @@ def _node_codes(e: pd.DataFrame) -> tuple[np.ndarray, int]:
                                 for k, c in enumerate((src, dst))])
     else:
         # Hashed once, then only the distinct names sorted: sorting every witness's
-        # names as numpy text cost seconds at 10M events.
+        # names as numpy text cost seconds (docs/performance.md, "Figures behind the
+        # code").
         codes, names = pd.factorize(np.concatenate([src.to_numpy(dtype=object),
                                                     dst.to_numpy(dtype=object)]),
                                     use_na_sentinel=False)

@@ -273,7 +273,8 @@ def _arrow(df: pd.DataFrame) -> pa.Table:
     still in a Categorical (taken from the steps) are made by Arrow from the
     categories and codes, without a Python object per row. The rows a partition gives
     are mostly facts with such strings: making them objects, joining them and
-    encoding each again took ~10% of the pass at 10M events."""
+    encoding each again took a tenth of the pass (docs/performance.md, "Figures behind
+    the code")."""
     n = len(df)
     arrays = []
     for f in OUT_SCHEMA:
@@ -330,18 +331,17 @@ def partition_pass(tables, families):
     (_bucket_with). A bucket holds whole partitions (checkers/spool.py), so no
     shuffle, and the steps never pass through the JVM, whose Parquet reading and
     Arrow conversion took longer than the checks themselves. As many tasks as Spark's
-    default parallelism, not one per file: each task costs about 45 ms before it does
-    anything (1M events, local[2]: 24 empty tasks 1.1 s, 4 of them 0.2 s), and a
-    task's memory is still one file's steps at a time. The task gets the paths as
+    default parallelism, not one per file: each task costs tens of milliseconds before
+    it does anything (docs/performance.md, "Figures behind the code"), and a task's
+    memory is still one file's steps at a time. The task gets the paths as
     data: every Spark worker must be able to read the converted folder at the same
     path (as spark.read.parquet of a local path required already). Absolute, with
     symlinks kept: on a worker the same name may lead to its own mount.
 
     An RDD of bytes, not a DataFrame: the JVM passes bytes on as they are, where a
-    DataFrame's rows (mapInArrow, until 2026-11-29) were made Spark's rows and then
-    Arrow again: warm checks of 10M events, the two ways alternated in one session,
-    took 33.1-37.8 s that way and 30.5-34.0 s this way (five pairs, each 2.3-4.5 s
-    faster), the JVM's threads 3.9-5.2 s of CPU against 3.3-4.7 s."""
+    DataFrame's rows (mapInArrow) were made Spark's rows and then Arrow again, which
+    made every warm check slower (docs/performance.md, "Figures behind the code", for
+    both)."""
     files = [str(f) for f in _bucket_files(Path(tables.dir).absolute())]
     context = tables.spark.sparkContext
     tasks = max(1, min(len(files), context.defaultParallelism))
@@ -361,8 +361,9 @@ def partition_pass(tables, families):
 
 # The pass's rows cross the JVM as Arrow IPC streams, one bytes value per slice of
 # the rows of one name: about half a million fact rows per million events. Compressed,
-# because a collect is held to spark.driver.maxResultSize (1 GB by default): at 10M
-# events the rows were 0.9 GB when each kept every column (by_row).
+# because a collect is held to spark.driver.maxResultSize (1 GB by default), which the
+# rows of a big history came near when each kept every column (by_row; docs/performance.md,
+# "Figures behind the code").
 _SLICE = 1 << 20  # rows per value: a JVM byte array must stay under 2 GB
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -386,8 +387,8 @@ _NAME, _ROWS = b"onceproof.row", b"onceproof.rows"
 class Packed:
     """The rows of one name as `_packed` values, read only when asked for (`table`):
     a finisher reads its facts in its own process, so a check on Spark never makes
-    all of them Arrow in the driver (at 10M events 0.59 GB, 0.9-1.1 s of the driver's
-    time the first time, most of it the system mapping new memory)."""
+    all of them Arrow in the driver (memory and time, most of it the system mapping
+    new memory: docs/performance.md, "Figures behind the code")."""
 
     def __init__(self, values: list[bytes], num_rows: int) -> None:
         self.values = values
@@ -434,9 +435,11 @@ def by_row(table: pa.Table, kept: dict[str, tuple[str, ...] | None]) -> dict[str
     in `kept` (kept_columns) with only `row` and the columns named there, their strings
     dictionary-encoded (arrow.coded); facts no finisher reads are dropped.
 
-    Kept whole, a fact row held all 35 columns, most of them null: at 10M events, 0.95
-    GB of facts in Arrow, all of it memory the driver (or the check's process) touched
-    for the first time, and each finisher's pick of its rows copied its columns again."""
+    Kept whole, a fact row held all 35 columns, most of them null: near a gigabyte of
+    facts in Arrow for a big history, all of it memory the driver (or the check's
+    process) touched for the first time, and each finisher's pick of its rows copied
+    its columns again (docs/performance.md, "Figures behind the code", for this and
+    the strings coded below)."""
     out: dict[str, pa.Table] = {}
     if not table.num_rows:
         return out
@@ -449,8 +452,8 @@ def by_row(table: pa.Table, kept: dict[str, tuple[str, ...] | None]) -> dict[str
         picked = table if name == ANOMALY or columns is None else table.select(["row", *columns])
         picked = picked.filter(pc.equal(rows, name))
         # A fact's strings coded where it is made, in the pass's processes: a finisher,
-        # which has all of them, would hash millions (cycles' 3M transaction names at
-        # 10M events: 0.3 s of its 2.5 s), and made Python objects one per row.
+        # which has all of them, would hash millions (cycles' transaction names: an
+        # eighth of its time), and made Python objects one per row.
         out[name] = picked if name == ANOMALY else arrow.coded(picked)
     return out
 
@@ -471,11 +474,10 @@ def read_steps(path) -> pd.DataFrame:
 
     One column at a time, each made pandas before the next is read: read whole, the
     file's Arrow table and the frame made of it were both held at once, and a
-    checking worker keeps what it once held (memory.for_checking). A bucket of 3M
-    steps of the 10M-event bench: the worker's peak 1.7 -> 1.1 GB; two workers
-    checking 12 buckets each, from fresh processes: 21.6-23.2 s -> 18.2-20.5 s (four
-    runs each), most of it fewer pages for the system to map the first time. Reading
-    by column costs about 10% more CPU to read."""
+    checking worker keeps what it once held (memory.for_checking). By column, a
+    worker's peak is lower and its check faster, most of it fewer pages for the system
+    to map the first time; reading by column costs a little more CPU to read
+    (docs/performance.md, "Figures behind the code")."""
     schema = pq.read_schema(path)
     strings = [f.name for f in schema if f.type == pa.string()]
     file = pq.ParquetFile(path, memory_map=True, read_dictionary=strings, pre_buffer=False)
@@ -504,9 +506,8 @@ def read_frame(path, columns: list[str] | None = None) -> pd.DataFrame:
 
     The strings are read as the file's dictionaries, and each column made by one numpy
     take of its few distinct strings, rather than decoded to Arrow strings and then
-    made Python objects one by one (deduplicated by hashing): reading the buckets of
-    1M events took 12-15% less CPU, a bucket of 10M events 18-29% less, and the ops
-    table's columns liveness reads at 10M events 1.8 -> 1.1 s (repeated runs)."""
+    made Python objects one by one (deduplicated by hashing), which takes less CPU
+    (docs/performance.md, "Figures behind the code")."""
     return frame_of(read_table(path, columns))
 
 
@@ -537,12 +538,11 @@ def _masked(col: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
     """An int64 or boolean column as pandas' nullable array, its values copied once.
 
     pandas' own conversion copies each row group's values out of Arrow's buffer, then
-    copies them all again to join them: a bucket of 10M events read with 8-12% less
-    CPU this way (repeated runs), most of it the system's mapping of the second copy.
-    The missing values come from the validity bits by numpy, not through an Arrow
-    boolean array, and a chunk all missing (a column no step of its kind fills) is
-    not read at all: with the same for strings (_decoded), three buckets of 3M steps
-    of 10M events made into frames with 1.18 -> 0.82 s of CPU (warm, repeated)."""
+    copies them all again to join them: read this way, with less CPU, most of it the
+    system's mapping of the second copy. The missing values come from the validity
+    bits by numpy, not through an Arrow boolean array, and a chunk all missing (a
+    column no step of its kind fills) is not read at all (docs/performance.md,
+    "Figures behind the code", for both)."""
     dtype, array = _MASKED[col.type]
     values: np.ndarray = np.empty(len(col), dtype)
     missing = np.zeros(len(col), np.bool_)
@@ -600,7 +600,8 @@ def _categorical(col: pa.ChunkedArray) -> pd.Categorical:
     The codes are copied once out of Arrow's buffers, into the width pandas keeps for
     that many categories (else it narrows them with a copy of its own), and the
     dictionaries unified only when the row groups' differ: reading the bucket files,
-    each holding few distinct strings per column, these cost 30-40% less CPU."""
+    each holding few distinct strings per column, these cost less CPU
+    (docs/performance.md, "Figures behind the code")."""
     if not col.num_chunks:
         return pd.Categorical([], categories=pd.Index([], dtype=object))
     first = col.chunks[0].dictionary

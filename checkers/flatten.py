@@ -323,7 +323,7 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
     cols["txn_outcome"] = tx["outcome"]
 
     # In Arrow, not numpy: as numpy, each of these string columns would be millions of
-    # Python strings (about 1.3 GB more at 10M events, measured).
+    # Python strings (docs/performance.md, "Figures behind the code").
     ok, fail = equal_to(cols["type"], "ok"), equal_to(cols["type"], "fail")
     sends = equal_to(cols["f"], "send_offsets")
     cols["outcome"] = pc.case_when(
@@ -441,8 +441,9 @@ def _count(column) -> dict[str, int]:
 
 # The tables a check reads besides the steps (engine._resolve, liveness.from_ops): all
 # that is written when the steps are checked as they are made (`each`), whose folder
-# is thrown away after the check. The others' Parquet took 3.7 s of the tables phase
-# at 10M events, 2 s of it on its critical path (the writes).
+# is thrown away after the check. The others' Parquet took seconds of the tables phase,
+# some of it on its critical path (the writes; docs/performance.md, "Figures behind the
+# code").
 CHECK_READS = ("ops",)
 
 
@@ -454,9 +455,9 @@ def write_tables(path: Path, out: Path, spool: Path,
     None. Sets this process's malloc options for each phase (memory.keep_freed, then
     memory.map_large, then memory.keep_freed)."""
     # The parse makes and frees blocks of the same few sizes one after another: freed
-    # memory is kept for the next (memory.keep_freed). Mapped afresh, at 10M events it
-    # faulted 2.4M times, with 12-14 s of system time; kept, 0.7M and 8-9 s, and the
-    # parse took 35.1-36.9 s instead of 38.5-38.9.
+    # memory is kept for the next (memory.keep_freed). Mapped afresh, each block's pages
+    # fault again: several times the faults and the system time, and a slower parse
+    # (docs/performance.md, "Figures behind the code").
     keep_freed()
     partitions = Partitions()
     polls = PollSpool(spool, partitions)
@@ -503,11 +504,12 @@ def write_tables(path: Path, out: Path, spool: Path,
     # beside, then there the offsets' outcomes, which need the proven ones. Each table
     # is written, and spooled as steps, as soon as it is made. The heavy ones of each
     # chain are kept apart: the positions are made while the outcomes are (the writes'
-    # join waits for them), the offsets' rows while the outcomes are proven. At 10M
-    # events, the positions beside the writes' join and index made the conversion's
-    # peak (3.92-3.95 GB); kept apart, 3.60-3.61 GB, the parse's, in the same time.
-    # Checked as they are made (`each`), the steps' buckets hold more than either: the
-    # writes do not wait (the main thread waited 3.95 s for the positions at 10M).
+    # join waits for them), the offsets' rows while the outcomes are proven. The
+    # positions beside the writes' join and index made the conversion's peak; kept
+    # apart, the parse's is the peak, in the same time. Checked as they are made
+    # (`each`), the steps' buckets hold more than either: the writes do not wait (the
+    # main thread waited seconds for the positions; docs/performance.md, "Figures
+    # behind the code").
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceproof-tables") as beside:
         made = {"positions": beside.submit(spooled, "positions", _positions, path, lists, polls,
                                            ops_t, ops_index),
@@ -582,7 +584,8 @@ def write_tables(path: Path, out: Path, spool: Path,
     # on disk: let them go first. The ops, transactions and what the reads take of the
     # writes stay: each partition's reads are joined to them as its bucket is made.
     del lists, txns, made, writes
-    # Of the ops, the reads need only what they take (a quarter GB less at 10M events).
+    # Of the ops, the reads need only what they take (less memory while the buckets are
+    # made: docs/performance.md, "Figures behind the code").
     ops_t = ops_t.select(_READ_OPS)
     if each is not None:
         # Checked in memory, the steps' strings are coded (spool.Steps.each): coded

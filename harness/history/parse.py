@@ -21,9 +21,10 @@ from .lines import FAULT_NEEDLE, NEWLINE, WHITESPACE, Mapped, line_starts
 from .schema import EVENT, VALUE, required_of
 
 # pyarrow parses a block at a time and needs whole lines inside one. Blocks of 16 MB
-# parse in a third less CPU than of 64 (they stay in the caches); a line longer than
-# a block (a poll that returned some hundred thousand records) makes the parse start
-# again with blocks eight times larger, up to MAX_BLOCK.
+# parse in less CPU than of 64 (they stay in the caches; docs/performance.md, "Figures
+# behind the code"); a line longer than a block (a poll that returned some hundred
+# thousand records) makes the parse start again with blocks eight times larger, up to
+# MAX_BLOCK.
 BLOCK = 16 << 20
 MAX_BLOCK = 1 << 30
 # How many parts a big file is parsed in, at once (None: one per core).

@@ -153,8 +153,8 @@ def structure_problem(events: pd.DataFrame, line_of) -> tuple[int, str] | None:
         not their op's first."""
         at = np.flatnonzero(mask)
         out = np.full(k, n, dtype=np.int64)
-        # The least row of each op's, without sorting them (np.unique's way took 0.6 s
-        # of this function's 1.4 s for 4M events).
+        # The least row of each op's, without sorting them (np.unique's way took nearly
+        # half of this function's time: docs/performance.md, "Figures behind the code").
         np.minimum.at(out, codes[at], at)
         later = np.zeros(n, dtype=bool)
         later[at[out[codes[at]] != at]] = True
@@ -206,7 +206,7 @@ def _op_codes(op: np.ndarray) -> tuple[np.ndarray, int]:
     op, without a hash table of millions of ops per rule. Op ids within a span of a few
     times their number (a history's are counted up from 1; the same trade as
     checkers' KeyIndex) are their own codes, less the least; others are hashed
-    (pd.factorize: 0.28 s for 4M events, against 0.01)."""
+    (pd.factorize, many times slower: docs/performance.md, "Figures behind the code")."""
     if len(op) and op.dtype.kind == "i":
         low, high = int(op.min()), int(op.max())
         if high - low < _SPREAD * len(op):

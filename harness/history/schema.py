@@ -13,8 +13,8 @@ from .format import ITEM_REQUIRED, RECORD_REQUIRED
 # leave it out; a fault's `value` is free-form.
 I, S = pa.int64(), pa.string()
 # A record's `key` is not among its fields: no check reads it, and parsing the keys of
-# every poll's records cost a quarter of the fast reader's time (42 -> 55 MB/s for one
-# thread on the 1M-event bench history). Left in the file, it is skipped unread.
+# every poll's records cost a quarter of the fast reader's time (docs/performance.md,
+# "Figures behind the code"). Left in the file, it is skipped unread.
 RECORD = pa.struct([("topic", S), ("partition", I), ("value", I), ("source", I),
                     ("offset", I)])
 POSITION = pa.struct([("topic", S), ("partition", I), ("offset", I)])
