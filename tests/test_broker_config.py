@@ -126,10 +126,11 @@ def test_a_partition_the_cluster_keeps_offline_is_unrecovered_not_valid(cluster,
     # on by default for new clusters from Kafka 4.1) the controller elects no follower
     # that lags, with unclean election off, and mostly the wiped node neither until its
     # periodic check: the partition has no leader to the end. At times Kafka elects the
-    # wiped node, its last known leader, as soon as it is back (docs/findings.md,
-    # Session 6; one CI run of about ten), and the writes only it had are lost. Each run
-    # must be judged as one of the two; up to four runs for one that keeps the partition
-    # offline. Shorter waits than a run's: the outcome is the same.
+    # wiped node, its last known leader, as soon as it is back (docs/findings.md, "Every
+    # node killed, and no leader until the periodic check"; one CI run of about ten), and
+    # the writes only it had are lost. Each run must be judged as one of the two; up to
+    # four runs for one that keeps the partition offline. Shorter waits than a run's: the
+    # outcome is the same.
     if cluster.dist.release < (4, 1):
         pytest.skip("needs eligible leader replicas (KIP-966), on by default from Kafka 4.1")
     monkeypatch.setattr(execute, "SETTLE_TIMEOUT", 15.0)

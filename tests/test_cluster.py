@@ -222,9 +222,9 @@ def test_healing_right_after_a_kill_waits_for_the_node_itself(cluster):
 
 def test_healing_a_restart_allows_for_the_controllers_periodic_election(cluster, monkeypatch):
     # A partition whose every replica was killed may get its last known leader only at
-    # the controller's periodic check (docs/findings.md, Session 6): a heal that starts
-    # nodes waits that long before it calls the cluster not ready; one that starts none
-    # does not.
+    # the controller's periodic check (docs/findings.md, "Every node killed, and no
+    # leader until the periodic check"): a heal that starts nodes waits that long before
+    # it calls the cluster not ready; one that starts none does not.
     waits = []
     wait_ready = cluster.wait_ready
     monkeypatch.setattr(cluster, "wait_ready", lambda timeout: (waits.append(timeout),
