@@ -149,7 +149,7 @@ def test_each_strategy_draws_valid_steps_with_their_undo(data, name):
     definition = faults.FAULTS[kind]
     first = steps[0][1]
     assert first["f"] == kind and steps[0][0] == 0
-    if definition.undo is None:
+    if definition.undo is None or (name in faults.PRESETS and not faults.PRESETS[name].undone):
         assert len(steps) == 1
         return
     (wait, undo), = steps[1:]

@@ -573,10 +573,11 @@ class Preset:
     # Rounds before the undo in a rounds plan, where the preset needs its own (HOLD
     # otherwise); a concurrent plan draws its holds in seconds for every fault alike.
     rounds_hold: st.SearchStrategy | None = field(default=None, repr=False)
-    # The least hold, in rounds and in seconds, where the undo must not come first: a
-    # heal delivers what a hold_request holds, so one before the client's retry and
-    # next transaction would deliver the request early, not late.
-    least_hold: tuple[int, int] = (0, 0)
+    # False: drawn without its kind's undo. A hold that lets itself go (release_after,
+    # release_ms) needs none, and a heal would deliver what it holds early, not late
+    # (it delivers what every fault holds, so an earlier fault's heal would too); the
+    # settle's heal at the end of the run delivers anything still held.
+    undone: bool = True
 
 
 def _clients_of(roles: frozenset[str], why: str) -> Callable[[dict], st.SearchStrategy]:
@@ -658,7 +659,9 @@ def _hold_endtxn(client: str) -> st.SearchStrategy:
     # Held past the client's request timeout, it retries the EndTxn on a new connection,
     # which passes and is answered; the next transaction begins and writes, and the held
     # request lands in it (KAFKA-17754's order, made by the proxy, not by luck).
-    return st.sampled_from([0, 100, 500]).map(
+    # A few hundred ms after the next transaction's first Produce passed the proxy, so it
+    # has landed (a late EndTxn racing it fails the Produce's verification instead).
+    return st.sampled_from([50, 150, 300]).map(
         lambda delay: {"f": "hold_request", "api": "EndTxn", "client": client,
                        "release_after": "Produce", "release_delay_ms": delay})
 
@@ -717,13 +720,13 @@ PRESETS = {p.name: p for p in [
             f"of {what}", "latency", _aimed(aim, _slow))
      for aim, (what, _) in _AIMS.items()
 ] + [Preset("hold_endtxn", "hold the next EndTxn of one of the plan's transactional clients "
-            "until its next transaction has written (a Produce passed), then 0-500 ms more: "
+            "until its next transaction has written (a Produce passed), then 50-300 ms more: "
             "the client's retry ended the transaction, the held one lands in the next",
-            "hold_request", _aimed_client(_hold_endtxn), least_hold=(4, 12)),
+            "hold_request", _aimed_client(_hold_endtxn), undone=False),
      Preset("hold_txn_request", "hold the next request of a transaction (InitProducerId, "
             "AddPartitionsToTxn, AddOffsetsToTxn, Produce, TxnOffsetCommit or EndTxn) of one "
             "of the plan's transactional clients until it sent 1-3 more of a kind, or for "
-            "1-10 s", "hold_request", _aimed_client(_hold_txn_request), least_hold=(4, 12)),
+            "1-10 s", "hold_request", _aimed_client(_hold_txn_request), undone=False),
      Preset("drop_txn_response", "drop the response to the 1st-3rd next request of a "
             "transaction of one of the plan's transactional clients", "drop_response",
             _aimed_client(_once("drop_response"))),
@@ -736,7 +739,7 @@ PRESETS = {p.name: p for p in [
             "(WriteTxnMarkers, between nodes) for 2-8 s", "hold_request",
             lambda nodes, plan: st.tuples(st.integers(1, 3), st.sampled_from([2000, 8000])).map(
                 lambda t: {"f": "hold_request", "api": "WriteTxnMarkers", "kinds": ["repl"],
-                           "nth": t[0], "release_ms": t[1]}), least_hold=(3, 10)),
+                           "nth": t[0], "release_ms": t[1]}), undone=False),
      Preset("duplicate_marker", "send the 1st-3rd next transaction marker request twice",
             "duplicate_request", _marker("duplicate_request"))]}
 
@@ -813,12 +816,9 @@ def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
     from `hold` (seconds, in a concurrent plan; by default rounds, HOLD or the preset's
     own). A targeted preset aims at the partitions and clients of `plan`."""
     kind = FAULTS[PRESETS[name].kind] if name in PRESETS else FAULTS.get(name)
-    least = PRESETS[name].least_hold if name in PRESETS else (0, 0)
     if hold is None:
         own = PRESETS[name].rounds_hold if name in PRESETS else None
-        hold = (own if own is not None else HOLD).map(lambda h: max(h, least[0]))
-    else:
-        hold = hold.map(lambda h: max(h, least[1]))
+        hold = own if own is not None else HOLD
     if name in PRESETS:
         first = PRESETS[name].first(nodes, plan or {})
     elif kind is not None and kind.first is not None:
@@ -826,7 +826,7 @@ def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
     else:
         raise UnknownFault(f"unknown fault {name}: draw one of {', '.join(DRAWN)}")
     assert kind is not None
-    undo = kind.undo
+    undo = kind.undo if name not in PRESETS or PRESETS[name].undone else None
     if undo is None:
         return first.map(lambda step: [(0, step)])
     return st.tuples(first, hold).map(lambda t: [(0, t[0]), (t[1], undo(t[0]))])

@@ -471,7 +471,7 @@ HISTORICAL = {h.name: h for h in [
                       "topics": {"t": {"partitions": 6}}},
               options={"txn_ops": ["send", "send", "send", "commit", "abort"],
                        "max_records": 2},
-              faults=("hold_endtxn",), interval=8.0, seconds=(30, 60),
+              faults=("hold_endtxn",), interval=6.0, seconds=(30, 60),
               shapes=("concurrent",)),
         "KAFKA-17754",
         "KAFKA-17754 (a delayed EndTxn or produce of one transaction lands in the "
