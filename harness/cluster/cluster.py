@@ -515,7 +515,8 @@ class Cluster(Metadata):
         checks (leader.imbalance.check.interval.seconds, 300 s by default): with eligible
         leader replicas (KIP-966, Kafka 4.1 on), a partition whose every replica was
         killed can stay without a leader until that check, depending on a timing of
-        fencing and registering we have not pinned down (docs/findings.md, Session 6)."""
+        fencing and registering we have not pinned down (docs/findings.md, "Every node
+        killed, and no leader until the periodic check")."""
         if self.down_nodes:
             timeout = max(timeout, self._leader_check_interval() + 60.0)
         self.heal()
