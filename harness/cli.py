@@ -70,7 +70,7 @@ DOCS_EPILOG = """\b
 Docs (the index is README.md's "Docs" section):
   docs/plans.md, docs/history.md, docs/checkers.md, docs/writing-properties.md,
   docs/suites.md, docs/your-cluster.md, docs/nightly.md, docs/performance.md,
-  docs/findings.md"""
+  docs/findings.md, docs/architecture.md"""
 
 
 @click.group(cls=_Group, epilog=DOCS_EPILOG)

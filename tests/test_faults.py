@@ -223,6 +223,9 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
         {"fault": {"f": "stop", "node": 3}}, {"fault": {"f": "start", "node": 3}},
         {"fault": {"f": "restart", "node": 1}},
         {"fault": {"f": "wipe", "node": 3}}, {"fault": {"f": "start", "node": 3}}, send,
+        {"fault": {"f": "hold_request", "api": "Produce", "release_ms": 2000}}, send,
+        {"fault": {"f": "release"}}, {"fault": {"f": "drop_response", "api": "Produce"}}, send,
+        {"fault": {"f": "duplicate_request", "api": "Produce"}}, send, {"fault": {"f": "heal"}},
     ]
     plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
             "steps": steps}
@@ -246,6 +249,9 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
     assert by_f["latency"]["links"] == [f"client-{by_f['latency']['node']}"]
     assert by_f["reset_peer"]["links"] and all(l.startswith("repl-") for l in by_f["reset_peer"]["links"])
     assert by_f["cut_clients"]["links"] == ["client-3"]
+    assert by_f["hold_request"]["links"] == ["client-1", "client-2", "client-3"]
+    acted = {e["value"]["event"] for e in nemesis if e["f"] == faults.REQUEST_EVENT}
+    assert {"hold", "release", "drop_response", "duplicate"} <= acted, acted
     assert not cluster.faults  # the settle phase healed everything
 
 
