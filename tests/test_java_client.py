@@ -20,10 +20,17 @@ from onceproof.workloads.suites import SUITES
 
 
 def _agents() -> list[int]:
+    """The Java agents this test process started that are still alive. Not the machine's:
+    pytest-xdist's other worker runs its own JVMs meanwhile (test_job's Ctrl-C and crash
+    tests on the Java client), which a machine-wide look counted as this run's (CI,
+    2026-12-05: three of them failed two tests here)."""
     found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if "OnceproofAgent" in " ".join(p.info["cmdline"] or []):
-            found.append(p.pid)
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "OnceproofAgent" in " ".join(p.cmdline()):
+                found.append(p.pid)
+        except psutil.Error:
+            pass
     return found
 
 

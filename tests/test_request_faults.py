@@ -257,3 +257,8 @@ def test_a_hold_that_lets_itself_go_is_drawn_without_a_heal(data):
             assert "release_after" in step or "release_ms" in step, step
     (_, _), (_, undo) = data.draw(faults.drawn("hold_request"))
     assert undo["f"] == "heal"  # the kind itself, whose draw may never let go
+
+
+def test_strategies_draw_every_transactional_request_the_toxic_can_match():
+    assert sorted(faults.DRAWN_TXN_APIS) == sorted(faults.TXN_ID_APIS)
+    assert faults.DRAWN_TXN_APIS[0] == "EndTxn"  # the simplest draw acts in every transaction
