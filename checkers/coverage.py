@@ -28,7 +28,7 @@ def _covering(pl: PartitionLog, lo: float, hi: float, scans: pd.DataFrame,
     if found.empty and extent is not None:
         low, read_to, op = extent
         return (f"the final reads (read_committed) went over offsets {low}..{read_to - 1}, "
-                "returning nothing there that was not read", ((op, "final reads' end"),))
+                "from the beginning to where they stopped", ((op, "final reads' end"),))
     first = found.iloc[0]
     more = len(found) - 1
     text = _scan_text(first) + (f" (and {more} more reader{'s' * (more > 1)})" if more else "")
