@@ -275,6 +275,10 @@ SUITES = {s.name: s for s in [
 _FAST_TXNS = {"transaction.timeout.ms": 3000, "message.timeout.ms": 3000,
               "socket.timeout.ms": 3000, "request.timeout.ms": 2000}
 
+# Every request fault aimed at a transaction's requests, client and broker links alike.
+_LATE_REQUESTS = ("hold_txn_request", "hold_endtxn", "drop_txn_response",
+                  "duplicate_txn_request", "hold_marker", "duplicate_marker")
+
 HUNTS = {s.name: s for s in [
     Suite("delayed_end_txn",
           "transactional producers and read-write transactions with 3 s transaction "
@@ -297,8 +301,7 @@ HUNTS = {s.name: s for s in [
           "hearing it, or sent twice; and transaction markers between nodes held or sent "
           "twice",
           frozenset(), "transactions",
-          faults=("hold_txn_request", "hold_endtxn", "drop_txn_response",
-                  "duplicate_txn_request", "hold_marker", "duplicate_marker"),
+          faults=_LATE_REQUESTS,
           seconds=HUNT_SECONDS,
           hunts="the KAFKA-17754 family (a request that arrives after its retry): "
                 "request-level faults on every request of a transaction, client and broker "
@@ -308,8 +311,7 @@ HUNTS = {s.name: s for s in [
           "included (AddOffsetsToTxn, TxnOffsetCommit), are held, answered unheard or sent "
           "twice; and transaction markers between nodes held or sent twice",
           frozenset(), "pipeline",
-          faults=("hold_txn_request", "hold_endtxn", "drop_txn_response",
-                  "duplicate_txn_request", "hold_marker", "duplicate_marker"),
+          faults=_LATE_REQUESTS,
           seconds=HUNT_SECONDS,
           hunts="the KAFKA-17754 family on the offsets of a transaction: a late "
                 "TxnOffsetCommit or EndTxn moving a group's offsets in the next transaction"),
