@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import time
 import traceback
 from collections import Counter
@@ -341,13 +342,39 @@ def keep(result: HuntResult, folder: str | Path) -> Path:
     return dest
 
 
+# A kept counterexample that shows nothing in all its runs fails CI. Its runs are
+# as many as make that rarer than MISS at the rate it reproduced when it was kept
+# (its file's "reproduced": k of n), taken as (k+1)/(n+2) rather than k/n, since a
+# few replays say little: 3 of 3 gives 6 runs, 2 of 3 gives 11 (the streams plan kept
+# at 2 of 3 showed its anomaly in 3 of 6 replays later). A replay stops at the first
+# run that shows the anomaly, so the extra runs cost only when runs miss.
+MISS = 1e-4
+MAX_TRIES = 12
+
+
+def tries_for(reproduced: str | None, miss: float = MISS) -> int:
+    """Runs of a kept counterexample that all miss with probability at most `miss`,
+    at the smoothed rate of its record "k/n" (MAX_TRIES without a usable record)."""
+    try:
+        shown, runs = (int(part) for part in str(reproduced).split("/"))
+    except ValueError:
+        return MAX_TRIES
+    if not 0 <= shown <= runs:
+        return MAX_TRIES
+    rate = (shown + 1) / (runs + 2)
+    return min(MAX_TRIES, max(1, math.ceil(math.log(miss) / math.log(1 - rate))))
+
+
 def replay_kept(suite: Suite, path: str | Path, cluster: AnyCluster, artifacts: str | Path,
-                spark_master: str | None = None, tries: int = 3,
+                spark_master: str | None = None, tries: int | None = None,
                 deadline: float | None = None) -> HuntResult:
-    """Run a kept counterexample (see `keep`) up to `tries` times, stopping at the first
-    run that shows one of the suite's anomalies: `caught` says whether one did."""
+    """Run a kept counterexample (see `keep`) up to `tries` times (default: `tries_for`
+    its recorded reproduction), stopping at the first run that shows one of the
+    suite's anomalies: `caught` says whether one did."""
     kept = json.loads(Path(path).read_text())
     mode = kept.get("mode", "rounds")
+    if tries is None:
+        tries = tries_for(kept.get("search", {}).get("reproduced"))
     search = Search(f"{search_name(suite, mode)}-replay", cluster, artifacts, spark_master,
                     budget=float("inf"), deadline=deadline)
     plan = load(path)

@@ -22,7 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from onceproof.search import hunt, keep, replay_kept, search_name, stale, suite_settings
+from onceproof.search import (
+    MAX_TRIES,
+    MISS,
+    hunt,
+    keep,
+    replay_kept,
+    search_name,
+    stale,
+    suite_settings,
+    tries_for,
+)
 from onceproof.workloads.plan import concurrent, load
 from onceproof.workloads.suites import SUITES
 
@@ -31,10 +41,10 @@ KNOWN_BAD = [name for name, s in SUITES.items() if not s.known_good]
 
 EXAMPLES = int(os.environ.get("ONCEPROOF_SUITE_EXAMPLES", 10))
 BUDGET = float(os.environ.get("ONCEPROOF_SUITE_BUDGET", 60))
-# Runs of a kept counterexample before it counts as no longer reproducing. The kept plans
-# reproduced at least 2 of 3 times when they were kept (their files say), so three runs
-# all miss about one time in 27 or less.
-TRIES = int(os.environ.get("ONCEPROOF_SUITE_TRIES", 3))
+# Runs of a kept counterexample before it counts as no longer reproducing: by default
+# as many as its recorded reproduction needs to all miss less than once in 10,000
+# (search.tries_for); ONCEPROOF_SUITE_TRIES sets one number for all. A search's replays.
+TRIES = int(os.environ["ONCEPROOF_SUITE_TRIES"]) if "ONCEPROOF_SUITE_TRIES" in os.environ else None
 REFRESH = bool(os.environ.get("ONCEPROOF_REFRESH_COUNTEREXAMPLES"))
 # Replays measure how often a search's counterexample reproduces, which no test asserts:
 # none in CI, one each in the nightly, whose `onceproof suites --replays 5` measures it.
@@ -64,6 +74,18 @@ def test_every_known_bad_suite_keeps_one_counterexample_of_its_own(name):
     assert kept["suite"] == name and kept["mode"] in suite.shapes
     assert concurrent(load(_kept(name))) == (kept["mode"] == "concurrent")
     assert set(kept["shown"]) & suite.expect, kept["shown"]
+
+
+def test_a_kept_plan_gets_the_runs_its_recorded_rate_needs_to_show_its_anomaly():
+    # All runs missing must stay rarer than MISS at the record's smoothed rate, and a
+    # plan that reproduced less often gets more runs.
+    for record in ("3/3", "2/3", "1/2", "5/5", "1/3"):
+        shown, runs = map(int, record.split("/"))
+        rate, tries = (shown + 1) / (runs + 2), tries_for(record)
+        assert (1 - rate) ** tries <= MISS or tries == MAX_TRIES, record
+        assert (1 - rate) ** (tries - 1) > MISS, record
+    assert tries_for("2/3") > tries_for("3/3") > tries_for("5/5")
+    assert tries_for(None) == tries_for("garbage") == MAX_TRIES
 
 
 @pytest.mark.parametrize("name", KNOWN_BAD)
@@ -139,7 +161,7 @@ def test_a_kept_counterexample_still_shows_its_suites_anomaly(name, cluster, pyt
     if (result is None or not result.caught) and REFRESH:
         mode = json.loads(path.read_text())["mode"]
         found = hunt(suite, cluster, artifacts_dir / "suites", spark, max_examples=EXAMPLES,
-                     budget=BUDGET, replays=TRIES, seed=None, deadline=deadline, mode=mode)
+                     budget=BUDGET, replays=TRIES or 3, seed=None, deadline=deadline, mode=mode)
         suite_rows.append(found)
         assert not found.error, f"{name}: {found.error}"
         assert found.caught, f"{name}: no {found.expect} in {found.examples} plans, kept or searched"
