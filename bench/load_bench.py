@@ -44,12 +44,13 @@ from onceproof.checkers.store import convert, read_manifest, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.history.format import NEMESIS
 from onceproof.history.writer import HistoryWriter
+from onceproof.run.backends import BACKENDS
 from onceproof.run.execute import run
 from onceproof.run.fleet import CRASHED, ERROR, HUNG
 from onceproof.trial import exercised
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.plan import CLIENT_LIBRARIES, PlanError, on_client, save
+from onceproof.workloads.plan import PlanError, on_client, save
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
 
 FINAL = "final"  # the process of the harness's final reads (run/execute.py)
@@ -273,7 +274,7 @@ def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
 @click.option("--check/--no-check", "do_check", default=True, show_default=True)
 @click.option("--spark", is_flag=True, help="check on Spark whatever the history's size")
 @click.option("--client", "libraries", multiple=True, default=("librdkafka",), show_default=True,
-              type=click.Choice(CLIENT_LIBRARIES),
+              type=click.Choice(list(BACKENDS)),
               help="client library of every plan client; repeat it to run the same plan on "
                    "each, one after the other on the same cluster, and compare")
 @click.option("--kafka-toxic-pairs", "toxic_pairs", type=click.IntRange(0), default=0,

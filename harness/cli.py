@@ -70,7 +70,7 @@ DOCS_EPILOG = """\b
 Docs (the index is README.md's "Docs" section):
   docs/plans.md, docs/history.md, docs/checkers.md, docs/writing-properties.md,
   docs/suites.md, docs/your-cluster.md, docs/nightly.md, docs/performance.md,
-  docs/findings.md, docs/architecture.md"""
+  docs/findings.md, docs/architecture.md, docs/protocol.md"""
 
 
 @click.group(cls=_Group, epilog=DOCS_EPILOG)
@@ -97,10 +97,17 @@ def client_options(f):
     f = click.option("--java-client-version", default=None,
                      help="The Java client's release (kafka-clients from Maven Central; default: "
                           "the release of the cluster under test).")(f)
-    return click.option("--client", default=None,
-                        help="Client library of every plan client that names none: librdkafka "
-                             "(the default) or java (the Java client, transaction protocol v2 "
-                             "from 4.0).")(f)
+    return click.option("--client", default=None, cls=_BackendsHelp)(f)
+
+
+class _BackendsHelp(click.Option):
+    """--client's help, from the backend registry (run/backends.py), which loads the run
+    stage: only when help is shown, not on every command's start."""
+
+    def get_help_record(self, ctx: click.Context):
+        from onceproof.run.backends import client_help
+        self.help = client_help()
+        return super().get_help_record(ctx)
 
 
 side_by_side_option = click.option(
@@ -579,12 +586,13 @@ def install(kafka_version: str | None) -> None:
     """Fetch Kafka and its Java client (Maven Central; the Java client's agent compiled
     against it) and toxiproxy (its server built with the kafka toxic, from the Go module
     proxy) into the cache."""
-    from onceproof.cluster.provision import ensure_java_client, ensure_kafka, ensure_toxiproxy
+    from onceproof.cluster.provision import ensure_kafka, ensure_toxiproxy
+    from onceproof.run.backends import BACKENDS
     dist = ensure_kafka(kafka_version)
-    java = ensure_java_client(dist.version)
-    binary = ensure_toxiproxy()
-    click.echo(f"Kafka {dist.version}: {dist.libs}\nJava client {java.version}: {java.home}\n"
-               f"toxiproxy: {binary}")
+    lines = [f"Kafka {dist.version}: {dist.libs}"]
+    lines += [line for b in BACKENDS.values() if (line := b.install(dist.version))]
+    lines.append(f"toxiproxy: {ensure_toxiproxy()}")
+    click.echo("\n".join(lines))
 
 
 @main.command("run")

@@ -23,12 +23,13 @@ if TYPE_CHECKING:  # the search imports the whole harness: only tests that use i
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from onceproof.run.backends import BACKENDS
     group = parser.getgroup("onceproof")
     group.addoption("--kafka-version", default=os.environ.get("ONCEPROOF_KAFKA_VERSION"),
                     help="Kafka release to test (default: the newest tested 4.x)")
     group.addoption("--nodes", type=int, default=3, help="KRaft nodes in the test cluster")
     group.addoption("--client", default=os.environ.get("ONCEPROOF_CLIENT"),
-                    choices=("librdkafka", "java"),
+                    choices=tuple(BACKENDS),
                     help="client library of the plan clients the `trials` fixture runs that name "
                          "none (default: librdkafka)")
     group.addoption("--java-client-version", default=os.environ.get("ONCEPROOF_JAVA_CLIENT_VERSION"),

@@ -84,9 +84,10 @@ class RunContext:
     # Where write values come from: one counter in shared memory, so that values stay
     # unique across the run's client processes (run/host.py).
     values: Any = field(default_factory=lambda: PROCESSES.Value("q", 0))
-    # The Java client (cluster/provision.py's JavaClientDist) that plan clients with
-    # "client": "java" run on (run/jvm.py); None when the plan has none.
-    java: Any = None
+    # What each client backend the plan's clients run on made ready for the run, by its
+    # name in run/backends.py BACKENDS (the Java client's JavaClientDist, which its
+    # host needs to start a JVM).
+    prepared: dict[str, Any] = field(default_factory=dict)
     # Transactions begun per transaction protocol, as the clients that report it say
     # (the Java client: run/jvm.py); the run's summary and verdict name them.
     txn_protocols: Counter = field(default_factory=Counter)

@@ -21,37 +21,30 @@ the harness did not start, what the run created is deleted at its end (cluster/e
 """
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition, libversion
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
 from onceproof.cluster.external import AnyCluster, CommandFailed
-from onceproof.cluster.provision import JavaClientDist, ensure_java_client
 from onceproof.errors import SetupError
 from onceproof.history.format import CLUSTER
 from onceproof.history.writer import HistoryWriter
-from onceproof.run import load, rounds
+from onceproof.run import backends, load, rounds
 from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunContext, TopicConsumer
 from onceproof.run.fleet import Fleet
-from onceproof.run.jvm import unknown_settings
 from onceproof.run.outcomes import describe, error_of
 from onceproof.run.toxic_events import ToxicEvents
 from onceproof.workloads import faults
 from onceproof.workloads.ops import GROUPED
 from onceproof.workloads.plan import (
     DEFAULT_STREAMS,
-    JAVA,
-    LIBRDKAFKA,
     PlanError,
     concurrent,
     fault_steps,
-    libraries,
-    library_of,
     read_topic,
     validate,
 )
@@ -75,17 +68,17 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
     _fits(plan, cluster)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    java = java_client(plan, cluster)
+    prepared = backends.prepare(plan, cluster)
     run_id = uuid.uuid4().hex[:8]
     partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
     with writer or HistoryWriter(out / "history.jsonl") as writer:
         ctx = RunContext(writer, cluster.connection(), run_id, partitions, plan["clients"],
-                         java=java, logs=str(out / "client-logs"))
+                         prepared=prepared, logs=str(out / "client-logs"))
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
         cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
-        writer.fault(CLUSTER, {**under_test(cluster), "clients": client_libraries(plan, java)})
+        writer.fault(CLUSTER, {**under_test(cluster), "clients": backends.recorded(prepared)})
         summary: dict = {}
         try:
             # What a request fault does to single requests, from the first fault to the
@@ -100,7 +93,7 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
                 cluster.heal_all()
             cluster.clean_up(ctx.prefix)
     return {"history": str(out / "history.jsonl"), "run_id": run_id, "prefix": ctx.prefix,
-            "faults": len(fault_steps(plan)), "clients": client_libraries(plan, java),
+            "faults": len(fault_steps(plan)), "clients": backends.recorded(prepared),
             "txn_protocols": {(f"v{v}" if v else "unknown"): n
                               for v, n in sorted(ctx.txn_protocols.items())}, **summary}
 
@@ -132,35 +125,6 @@ def under_test(cluster: AnyCluster) -> dict:
     describes itself, and the faults it could not inject, when there are any."""
     missing = faults.not_injected(cluster)
     return {**cluster.described(), **({"not_injected": missing} if missing else {})}
-
-
-def java_client(plan: dict, cluster: AnyCluster) -> JavaClientDist | None:
-    """The Java client a plan's Java clients run on, fetched and built if need be, its
-    settings checked (None: the plan has no Java client). Its release is the plan's
-    `java_client`, else the release of the cluster under test, as a user's application
-    would most often match it."""
-    if JAVA not in libraries(plan):
-        return None
-    version = plan.get("java_client") or str(cluster.described().get("kafka_version") or "")
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
-        raise PlanError(f"the cluster does not say its Kafka release ({version or 'none'}): name "
-                        "the Java client's with --java-client-version (plan java_client)")
-    dist = ensure_java_client(version)
-    for cid, spec in plan["clients"].items():
-        if library_of(spec) == JAVA and (unknown := unknown_settings(plan, cid, dist)):
-            raise PlanError(f"plan clients.{cid}: the Java client {version} knows no setting "
-                            f"{', '.join(unknown)} (a librdkafka name?); drop it or run the client "
-                            "on librdkafka")
-    return dist
-
-
-def client_libraries(plan: dict, java: JavaClientDist | None) -> dict[str, str]:
-    """The client libraries the run drives, with their releases."""
-    used = libraries(plan)
-    out = {LIBRDKAFKA: libversion()[0]} if LIBRDKAFKA in used else {}
-    if java is not None:
-        out[JAVA] = java.version
-    return out
 
 
 def _fits(plan: dict, cluster: AnyCluster) -> None:

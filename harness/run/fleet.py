@@ -17,10 +17,9 @@ import time
 
 from confluent_kafka import KafkaException
 
+from onceproof.run import backends
 from onceproof.run.clients import RunContext
 from onceproof.run.host import HostedClient, Stuck
-from onceproof.run.jvm import JavaClient
-from onceproof.workloads.plan import JAVA, library_of
 
 # The history's names for why a process was replaced.
 ERROR, HUNG, CRASHED = "client_error", "client_hung", "client_crashed"
@@ -49,7 +48,7 @@ class Fleet:
 
     def _host(self, cid: str) -> type[HostedClient]:
         """What runs a plan client's processes: its client library's host."""
-        return JavaClient if library_of(self.plan["clients"][cid]) == JAVA else HostedClient
+        return backends.of(self.plan["clients"][cid]).host
 
     def _make(self, cid: str, process: str) -> HostedClient:
         client = self._host(cid)(cid, self.plan["clients"][cid], self.plan, self.ctx, process)

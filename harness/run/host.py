@@ -10,10 +10,11 @@ that a plan schedules is then what it claims to be, a kill -9 of the client's pr
 with whatever its library had buffered lost.
 
 The client classes (run/clients.py) run unchanged in the host. They record through a
-Forwarder, which sends each event to the harness, where one HistoryWriter writes the
-history. An invoke waits until the harness has written it, so the history's order (its
-index, which the checkers read as real time) never puts an invoke after what its call
-did; a completion is sent without waiting, which can only widen its op's window.
+Forwarder, which sends each event to the harness (the messages of run/protocol.py),
+where one HistoryWriter writes the history. An invoke waits until the harness has
+written it, so the history's order (its index, which the checkers read as real time)
+never puts an invoke after what its call did; a completion is sent without waiting,
+which can only widen its op's window.
 
 Hosts come from a fork server started once per harness process, whose memory holds the
 client code already imported: a new host costs a fork, not an interpreter. A host dies
@@ -41,6 +42,19 @@ from onceproof.history.writer import Recorder
 from onceproof.memory import for_running, trim
 from onceproof.run import clients
 from onceproof.run.clients import CLIENTS, HANG_GRACE, OP_TIMEOUT, PROCESSES, RunContext
+from onceproof.run.protocol import (
+    BUG,
+    CLOSE,
+    COMPLETE,
+    DONE,
+    INVOKE,
+    KAFKA,
+    RUN,
+    START_REQUEST,
+    STUCK,
+    VALUES,
+    WRITTEN,
+)
 
 PROCESSES.set_forkserver_preload(["onceproof.run.host"])
 # One start at a time: multiprocessing's bookkeeping of its children is not thread-safe.
@@ -49,9 +63,9 @@ _starting = threading.Lock()
 TRIM_EVERY = 30.0
 # How long a new host may take to make its client (a consumer waits for its positions).
 START_TIMEOUT = 60.0
-# What a host answers a request with, besides success (None).
-KAFKA, STUCK, BUG, GONE = "kafka", "stuck", "bug", "gone"
-_START = -1  # the request id of a host's start
+# What the harness makes of a request whose process ended, besides run/protocol.py's
+# outcomes.
+GONE = "gone"
 
 
 def _start(proc) -> None:
@@ -100,7 +114,7 @@ class HostedClient:
         self._ids: dict[int, int] = {}  # the host's op ids -> the history's
         self._requests = itertools.count()
         self._values, self._protocols = ctx.values, ctx.txn_protocols
-        started = self._expect(_START)
+        started = self._expect(START_REQUEST)
         self._conn = self._launch(cid, spec, plan, ctx, process)
         threading.Thread(target=self._read, daemon=True,
                          name=f"onceproof-host-{process}").start()
@@ -135,13 +149,13 @@ class HostedClient:
 
     def run(self, op: dict, lane: int = 0) -> None:
         req = next(self._requests)
-        self._outcome(self._call(req, ("run", req, op, lane)).result())
+        self._outcome(self._call(req, (RUN, req, op, lane)).result())
 
     def close(self) -> None:
         """Close the client as an application shutting down would, then end its process."""
         req = next(self._requests)
         try:
-            self._outcome(self._call(req, ("close", req)).result(OP_TIMEOUT + HANG_GRACE))
+            self._outcome(self._call(req, (CLOSE, req)).result(OP_TIMEOUT + HANG_GRACE))
         except (FutureTimeout, KafkaException):
             pass  # closing records nothing: a client that cannot close is ended below
         finally:
@@ -187,21 +201,21 @@ class HostedClient:
             while True:
                 message = self._conn.recv()
                 kind = message[0]
-                if kind == "invoke":
+                if kind == INVOKE:
                     _, local, process, f, value, txn, final = message
                     self._ids[local] = self._writer.invoke(process, f, value, txn, final)
-                    self._send(("written", local))
-                elif kind == "complete":
+                    self._send((WRITTEN, local))
+                elif kind == COMPLETE:
                     _, local, type_, value, error = message
                     self._writer.complete(self._ids.pop(local), type_, value, error)
                     if value and "txn_protocol" in value:
                         self._protocols[value["txn_protocol"]] += 1
-                elif kind == "values":  # a block of the run's values, for a Java client
+                elif kind == VALUES:  # a block of the run's values, for a Java client
                     _, local, count = message
                     with self._values.get_lock():
                         first = self._values.value + 1
                         self._values.value += count
-                    self._send(("values", local, first))
+                    self._send((VALUES, local, first))
                 else:  # done
                     with self._lock:
                         fut = self._waiting.pop(message[1], None)
@@ -261,13 +275,13 @@ class Forwarder(Recorder):
         with self._lock:
             local = next(self._ids)
             self._written[local] = done
-            self._conn.send(("invoke", local, process, f, value, txn, final))
+            self._conn.send((INVOKE, local, process, f, value, txn, final))
         done.wait()  # a harness that is gone ends this process (serve)
         return local
 
     def complete(self, op: int, type: str, value: dict | None = None,
                  error: str | None = None) -> None:
-        self.send(("complete", op, type, value, error))
+        self.send((COMPLETE, op, type, value, error))
 
 
 def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
@@ -289,11 +303,11 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
             made["client"] = CLIENTS[spec["role"]](
                 cid, spec, plan, RunContext(forward, values=values, **context), process)
         except KafkaException as exc:
-            forward.send(("done", _START, KAFKA, str(exc)))
+            forward.send((DONE, START_REQUEST, KAFKA, str(exc)))
         except BaseException:
-            forward.send(("done", _START, BUG, traceback.format_exc()))
+            forward.send((DONE, START_REQUEST, BUG, traceback.format_exc()))
         else:
-            forward.send(("done", _START, None, None))
+            forward.send((DONE, START_REQUEST, None, None))
 
     threading.Thread(target=make, daemon=True, name="onceproof-make").start()
     lanes: dict[Any, queue.SimpleQueue] = {}
@@ -303,10 +317,10 @@ def serve(conn, cid: str, spec: dict, plan: dict, context: dict, process: str,
             message = conn.recv()
         except (EOFError, OSError):
             os._exit(0)  # the harness is gone, and so is every reason to run
-        if message[0] == "written":
+        if message[0] == WRITTEN:
             forward.written(message[1])
         elif "client" in made:  # the harness asks for nothing before the client is made
-            lane = message[3] if message[0] == "run" else "close"
+            lane = message[3] if message[0] == RUN else CLOSE
             if lane not in lanes:
                 lanes[lane] = queue.SimpleQueue()
                 threading.Thread(target=_lane, args=(made["client"], forward, lanes[lane]),
@@ -335,14 +349,14 @@ def _lane(client, forward: Forwarder, requests: queue.SimpleQueue) -> None:
         message = requests.get()
         req = message[1]
         try:
-            if message[0] == "run":
+            if message[0] == RUN:
                 client.run(message[2], message[3])
             else:
                 client.close()
         except KafkaException as exc:
-            forward.send(("done", req, KAFKA, str(exc)))
+            forward.send((DONE, req, KAFKA, str(exc)))
         except BaseException:
-            forward.send(("done", req, BUG, traceback.format_exc()))
+            forward.send((DONE, req, BUG, traceback.format_exc()))
         else:
             stuck = clients.abandoned[:1]
-            forward.send(("done", req, STUCK, stuck[0]) if stuck else ("done", req, None, None))
+            forward.send((DONE, req, STUCK, stuck[0]) if stuck else (DONE, req, None, None))

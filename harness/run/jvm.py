@@ -1,7 +1,7 @@
 """Plan clients on the Java client (kafka-clients): each client process a JVM of its own,
 running onceproof's agent (run/java/OnceproofAgent.java).
 
-Why a JVM per process, speaking host.py's protocol as JSON lines: a client process is
+Why a JVM per process, speaking run/protocol.py's messages as JSON lines: a client process is
 then exactly what it is for librdkafka (run/host.py), a process the harness starts,
 records through, kills -9 on a crash and replaces when it hangs, and the history it
 writes has the same ops, values and order rules. The agent implements the roles of
@@ -14,9 +14,11 @@ Java client does not know is refused before the run starts, not ignored.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from typing import TYPE_CHECKING
 
-from onceproof.cluster.provision import JavaClientDist
+from onceproof.cluster.provision import JavaClientDist, ensure_java_client
 from onceproof.run.clients import (
     COMMIT_ATTEMPTS,
     FETCH_TIMEOUT,
@@ -28,9 +30,13 @@ from onceproof.run.clients import (
     producer_settings,
 )
 from onceproof.run.host import HostedClient
+from onceproof.run.protocol import HARNESS, START, message
 from onceproof.workloads.ops import TRANSACTIONAL
-from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, read_topic
+from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, JAVA, PlanError, read_topic
 from onceproof.workloads.settings import setting_text
+
+if TYPE_CHECKING:
+    from onceproof.cluster.external import AnyCluster
 
 # librdkafka's name -> the Java client's, for settings whose names differ.
 # socket.timeout.ms is librdkafka's request timeout, the one the Java client calls
@@ -59,6 +65,17 @@ def java_config(settings: dict) -> dict[str, str]:
         floor = int(out.get("linger.ms", 5)) + int(out.get("request.timeout.ms", 30000))
         out["delivery.timeout.ms"] = str(max(int(out["delivery.timeout.ms"]), floor))
     return out
+
+
+def prepare(plan: dict, cluster: AnyCluster) -> JavaClientDist:
+    """The Java client a plan's Java clients run on, fetched and built if need be. Its
+    release is the plan's `java_client`, else the release of the cluster under test, as
+    a user's application would most often match it."""
+    version = plan.get("java_client") or str(cluster.described().get("kafka_version") or "")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise PlanError(f"the cluster does not say its Kafka release ({version or 'none'}): name "
+                        "the Java client's with --java-client-version (plan java_client)")
+    return ensure_java_client(version)
 
 
 def unknown_settings(plan: dict, cid: str, dist: JavaClientDist) -> list[str]:
@@ -113,7 +130,7 @@ def settings(cid: str, spec: dict, plan: dict, ctx: RunContext) -> dict:
 
 
 class _Lines:
-    """host.py's messages as JSON lines on a process's stdin and stdout."""
+    """run/protocol.py's messages as JSON lines on a process's stdin and stdout."""
 
     def __init__(self, proc: subprocess.Popen):
         self._in, self._out = proc.stdin, proc.stdout
@@ -143,7 +160,7 @@ class JavaClient(HostedClient):
     """A client process on the Java client: a JVM running the agent."""
 
     def _launch(self, cid: str, spec: dict, plan: dict, ctx: RunContext, process: str):
-        dist = ctx.java
+        dist = ctx.prepared.get(JAVA)
         if dist is None:
             raise RuntimeError("a Java plan client in a run without a Java client (run/execute.py)")
         # A session of its own keeps a terminal's Ctrl-C away from it: the harness ends
@@ -159,7 +176,8 @@ class JavaClient(HostedClient):
                    "timeouts": {"op": OP_TIMEOUT, "fetch": FETCH_TIMEOUT, "hang_grace": HANG_GRACE,
                                 "start": START_TIMEOUT, "commit_attempts": COMMIT_ATTEMPTS}}
         try:
-            conn.send(["start", cid, {**spec, "java": settings(cid, spec, plan, ctx)}, context, process])
+            conn.send(message(HARNESS, START, cid=cid, spec={**spec, "java": settings(cid, spec, plan, ctx)},
+                              context=context, process=process))
         except OSError:
             pass  # it died at once: the reader reports it
         return conn

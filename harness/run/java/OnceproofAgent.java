@@ -6,10 +6,8 @@
 // difference is said beside the code. The harness hands over every setting, timeout and
 // name already worked out (harness/run/jvm.py), so nothing here decides a default.
 //
-// Messages (JSON arrays), harness -> agent: ["start", cid, spec, context], ["run", req,
-// op, lane], ["close", req], ["written", local], ["values", local, first]. Agent ->
-// harness: ["invoke", local, process, f, value, txn, final], ["complete", local, type,
-// value, error], ["done", req, kind, detail], ["values", local, count].
+// Messages: JSON arrays, one a line, [kind, field, ...]. Their kinds and fields are
+// harness/run/protocol.py's (docs/protocol.md), pasted below as constants.
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.BufferedReader;
@@ -84,7 +82,21 @@ import org.apache.kafka.streams.state.Stores;
 
 public final class OnceproofAgent {
     static final ObjectMapper JSON = new ObjectMapper();
-    static final int START = -1;  // the request id of the client's making
+    // ---- the protocol: `python -m onceproof.run.protocol` writes this block, and
+    // tests/test_protocol.py checks it and that the code below says nothing else -----------
+    static final String START = "start", RUN = "run", CLOSE = "close", WRITTEN = "written", VALUES = "values", INVOKE = "invoke", COMPLETE = "complete", DONE = "done";
+    static final String KAFKA = "kafka", STUCK = "stuck", BUG = "bug";
+    static final int START_REQUEST = -1;
+    static final int START_CID = 1, START_SPEC = 2, START_CONTEXT = 3, START_PROCESS = 4;
+    static final int RUN_REQ = 1, RUN_OP = 2, RUN_LANE = 3;
+    static final int CLOSE_REQ = 1;
+    static final int WRITTEN_LOCAL = 1;
+    static final int TO_CLIENT_VALUES_LOCAL = 1, TO_CLIENT_VALUES_FIRST = 2;
+    static final int INVOKE_LOCAL = 1, INVOKE_PROCESS = 2, INVOKE_F = 3, INVOKE_VALUE = 4, INVOKE_TXN = 5, INVOKE_FINAL = 6;
+    static final int COMPLETE_LOCAL = 1, COMPLETE_TYPE = 2, COMPLETE_VALUE = 3, COMPLETE_ERROR = 4;
+    static final int TO_HARNESS_VALUES_LOCAL = 1, TO_HARNESS_VALUES_COUNT = 2;
+    static final int DONE_REQ = 1, DONE_KIND = 2, DONE_DETAIL = 3;
+    // ---- end of the protocol -------------------------------------------------------------
     static final int VALUE_BLOCK = 1000;  // values taken from the run's counter at a time
     // The calls this process gave up on (bounded): each left a thread blocked with its client.
     static final List<String> abandoned = new CopyOnWriteArrayList<>();
@@ -129,16 +141,16 @@ public final class OnceproofAgent {
 
         long invoke(String process, String f, Object value, String txn, boolean fin) {
             long local = ids.getAndIncrement();
-            ask("invoke", local, process, f, value, txn, fin);
+            ask(INVOKE, local, process, f, value, txn, fin);
             return local;
         }
 
         long firstOf(int count) {
-            return ((Number) ask("values", ids.getAndIncrement(), count)).longValue();
+            return ((Number) ask(VALUES, ids.getAndIncrement(), count)).longValue();
         }
 
         void complete(long op, String type, Object value, String error) {
-            send("complete", op, type, value, error);
+            send(COMPLETE, op, type, value, error);
         }
 
         void ok(long op, Object value) { complete(op, "ok", value, null); }
@@ -1158,8 +1170,8 @@ public final class OnceproofAgent {
 
     /** What a request ended with: the kind host.py's HostedClient turns into an outcome. */
     static Object[] outcome(Throwable e) {
-        if (e instanceof KafkaException || e instanceof IllegalStateException) return new Object[]{"kafka", describe(e)};
-        return new Object[]{"bug", trace(e)};
+        if (e instanceof KafkaException || e instanceof IllegalStateException) return new Object[]{KAFKA, describe(e)};
+        return new Object[]{BUG, trace(e)};
     }
 
     @SuppressWarnings("unchecked")
@@ -1179,10 +1191,10 @@ public final class OnceproofAgent {
         String line = in.readLine();
         if (line == null) return;
         List<Object> start = JSON.readValue(line, List.class);
-        String cid = (String) start.get(1);
-        Map<String, Object> spec = (Map<String, Object>) start.get(2);
-        Map<String, Object> context = (Map<String, Object>) start.get(3);
-        String process = (String) start.get(4);
+        String cid = (String) start.get(START_CID);
+        Map<String, Object> spec = (Map<String, Object>) start.get(START_SPEC);
+        Map<String, Object> context = (Map<String, Object>) start.get(START_CONTEXT);
+        String process = (String) start.get(START_PROCESS);
         Map<String, Object> t = (Map<String, Object>) context.get("timeouts");
         opTimeout = number(t, "op", 20);
         fetchTimeout = number(t, "fetch", 10);
@@ -1199,10 +1211,10 @@ public final class OnceproofAgent {
                 made[0] = make(cid, spec, ctx, process);
                 // Ready before the harness hears so: it sends its first request at once.
                 ready.complete(null);
-                wire.send("done", START, null, null);
+                wire.send(DONE, START_REQUEST, null, null);
             } catch (Throwable e) {
                 Object[] o = outcome(e);
-                wire.send("done", START, o[0], o[1]);
+                wire.send(DONE, START_REQUEST, o[0], o[1]);
             }
         }, "onceproof-make");
         maker.setDaemon(true);
@@ -1211,12 +1223,13 @@ public final class OnceproofAgent {
         while ((line = in.readLine()) != null) {
             List<Object> message = JSON.readValue(line, List.class);
             String kind = (String) message.get(0);
-            if (kind.equals("written")) {
-                wire.answered(((Number) message.get(1)).longValue(), null);
-            } else if (kind.equals("values")) {
-                wire.answered(((Number) message.get(1)).longValue(), message.get(2));
+            if (kind.equals(WRITTEN)) {
+                wire.answered(((Number) message.get(WRITTEN_LOCAL)).longValue(), null);
+            } else if (kind.equals(VALUES)) {
+                wire.answered(((Number) message.get(TO_CLIENT_VALUES_LOCAL)).longValue(),
+                              message.get(TO_CLIENT_VALUES_FIRST));
             } else if (ready.isDone()) {  // the harness asks for nothing before the client is made
-                Object lane = kind.equals("run") ? message.get(3) : "close";
+                Object lane = kind.equals(RUN) ? message.get(RUN_LANE) : CLOSE;
                 LinkedBlockingQueue<List<Object>> queue = lanes.computeIfAbsent(lane, k -> {
                     LinkedBlockingQueue<List<Object>> q = new LinkedBlockingQueue<>();
                     Thread l = new Thread(() -> serveLane(made[0], wire, q), "onceproof-lane-" + k);
@@ -1239,19 +1252,21 @@ public final class OnceproofAgent {
             } catch (InterruptedException e) {
                 return;
             }
-            Object req = message.get(1);
+            boolean run = message.get(0).equals(RUN);
+            Object req = message.get(run ? RUN_REQ : CLOSE_REQ);
             try {
-                if (message.get(0).equals("run")) {
-                    client.run((Map<String, Object>) message.get(2), ((Number) message.get(3)).intValue());
+                if (run) {
+                    client.run((Map<String, Object>) message.get(RUN_OP),
+                               ((Number) message.get(RUN_LANE)).intValue());
                 } else {
                     client.close();
                 }
                 Iterator<String> stuck = abandoned.iterator();
-                if (stuck.hasNext()) wire.send("done", req, "stuck", stuck.next());
-                else wire.send("done", req, null, null);
+                if (stuck.hasNext()) wire.send(DONE, req, STUCK, stuck.next());
+                else wire.send(DONE, req, null, null);
             } catch (Throwable e) {
                 Object[] o = outcome(e);
-                wire.send("done", req, o[0], o[1]);
+                wire.send(DONE, req, o[0], o[1]);
             }
         }
     }

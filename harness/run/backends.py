@@ -1,0 +1,129 @@
+"""The client backends: the client libraries a plan client can run on, one entry each.
+
+A backend is what the rest of the harness asks about a library: how to install it, which
+host starts and speaks to one client process on it (run/host.py's HostedClient, whose
+messages are run/protocol.py's), which roles it runs, which settings it refuses, and
+what a run records about it. A new backend is its own module(s) and one entry here; its
+name goes into workloads/plan.py CLIENT_LIBRARIES too (the plan layer imports nothing of
+the run, and tests/test_backends.py holds the two equal), and tests/test_backends.py's
+conformance test then runs it beside the others.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from confluent_kafka import libversion
+
+from onceproof.run import jvm
+from onceproof.run.clients import CLIENTS
+from onceproof.run.host import HostedClient
+from onceproof.workloads.ops import ROLES
+from onceproof.workloads.plan import JAVA, LIBRDKAFKA, PlanError, library_of
+
+if TYPE_CHECKING:
+    from onceproof.cluster.external import AnyCluster
+
+
+class Prepared(Protocol):
+    """What a backend made ready for one run; its release is what the run records."""
+    @property
+    def version(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A library the harness's own process has loaded (librdkafka, by confluent-kafka)."""
+    version: str
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # what --client and a plan client's "client" say
+    title: str  # what a message calls it
+    about: str  # for --client's help
+    # Runs one client process and speaks to it.
+    host: type[HostedClient]
+    # The roles it runs; a plan that gives it another is refused before the run starts.
+    roles: frozenset[str]
+    # What `onceproof install` fetches and builds for the Kafka release it names: a line
+    # saying what and where, or None for a library that comes with onceproof's own
+    # dependencies.
+    install: Callable[[str], str | None]
+    # What a run's clients on it need, fetched and built if need be (raises SetupError or
+    # PlanError); given the plan and the cluster under test.
+    prepare: Callable[[dict, AnyCluster], Prepared]
+    # The settings a plan client is given that it knows under no name: (plan, client
+    # id, what prepare gave). Plans are written in librdkafka's names (docs/plans.md);
+    # a backend maps them to its own in its host.
+    unknown_settings: Callable[[dict, str, Any], list[str]]
+    # Whether its begin_txn ok says the transaction protocol it spoke (`txn_protocol`,
+    # docs/history.md); a backend that cannot ask its library leaves it out.
+    says_txn_protocol: bool
+
+
+def _java_install(release: str) -> str:
+    from onceproof.cluster.provision import ensure_java_client
+    dist = ensure_java_client(release)
+    return f"Java client {dist.version}: {dist.home}"
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    # librdkafka through confluent-kafka, in a forked Python process (run/host.py,
+    # run/clients.py). It has no Kafka Streams, and speaks only the first transaction
+    # protocol, which it does not report.
+    Backend(LIBRDKAFKA, "librdkafka", "the default", HostedClient, frozenset(CLIENTS),
+            install=lambda release: None,
+            prepare=lambda plan, cluster: Linked(libversion()[0]),
+            unknown_settings=lambda plan, cid, prepared: [],
+            says_txn_protocol=False),
+    # The Java client (kafka-clients) of a release, and Kafka Streams of the same, in a
+    # JVM running the agent (run/jvm.py, run/java/OnceproofAgent.java).
+    Backend(JAVA, "the Java client", "the Java client, transaction protocol v2 from 4.0", jvm.JavaClient,
+            frozenset(ROLES), install=_java_install, prepare=jvm.prepare,
+            unknown_settings=jvm.unknown_settings, says_txn_protocol=True),
+)}
+
+
+def of(spec: dict) -> Backend:
+    """The backend a plan client runs on."""
+    return BACKENDS[library_of(spec)]
+
+
+def refused_roles(plan: dict) -> None:
+    """Refuse, in one line, a plan client whose backend does not run its role."""
+    for cid, spec in plan["clients"].items():
+        backend = of(spec)
+        if spec["role"] not in backend.roles:
+            others = [b.name for b in BACKENDS.values() if spec["role"] in b.roles]
+            raise PlanError(f"plan clients.{cid}: {backend.name} runs no {spec['role']} client; "
+                            f"run it on {' or '.join(others) or 'no backend'} (its \"client\")")
+
+
+def prepare(plan: dict, cluster: AnyCluster) -> dict[str, Prepared]:
+    """Each backend the plan's clients run on, made ready for the run, in the registry's
+    order; a role or a setting one of them would not take is refused first."""
+    refused_roles(plan)
+    used = {library_of(spec) for spec in plan["clients"].values()}
+    prepared = {name: b.prepare(plan, cluster) for name, b in BACKENDS.items() if name in used}
+    for cid, spec in plan["clients"].items():
+        backend = of(spec)
+        if (unknown := backend.unknown_settings(plan, cid, prepared[backend.name])):
+            raise PlanError(f"plan clients.{cid}: {backend.title} {prepared[backend.name].version} "
+                            f"knows no setting {', '.join(unknown)} (a librdkafka name?); drop "
+                            "it or run the client on librdkafka")
+    return prepared
+
+
+def recorded(prepared: dict[str, Prepared]) -> dict[str, str]:
+    """The client libraries a run drives, with their releases, as its history, summary
+    and verdict name them."""
+    return {name: p.version for name, p in prepared.items()}
+
+
+def client_help() -> str:
+    """--client's help: every backend."""
+    names = [f"{b.name} ({b.about})" for b in BACKENDS.values()]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f"Client library of every plan client that names none: {listed}."
