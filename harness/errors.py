@@ -7,3 +7,8 @@ unknown, the cluster never became ready. Its message is one line that says what 
 
 class SetupError(Exception):
     """The harness could not set up or observe the system under test."""
+
+
+class Unsettled(Exception):
+    """A fault whose outcome is not known to be whole: a user's fault command failed, or
+    a node did not come back after a change of release. Its op is `info`, with why."""

@@ -37,6 +37,9 @@ FULL = {
     "duplicate_request": {"api": "WriteTxnMarkers", "nth": 1, "count": 1, "node": 2,
                           "kinds": ["repl"]},
     "release": {},
+    "upgrade": {"to": "4.4.0", "node": 1, "clean": False, "wait": False},
+    "downgrade": {"to": "3.9.2", "node": "leader", "clean": True, "wait": True},
+    "finalize": {"feature": "transaction.version", "level": 2},
 }
 
 
@@ -229,7 +232,10 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
     ]
     plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
             "steps": steps}
-    assert {s["fault"]["f"] for s in steps if "fault" in s} | {"heal"} == set(faults.FAULTS)
+    # Moving nodes between releases needs a cluster of an older release than the
+    # session's: tests/test_upgrades.py fires those kinds on one.
+    assert {s["fault"]["f"] for s in steps if "fault" in s} | {"heal"} == \
+        set(faults.FAULTS) - set(faults.RELEASE_KINDS)
     run(plan, cluster, tmp_path)
     events = read_events(tmp_path / "history.jsonl")
     nemesis = [e for e in events if e["process"] == "nemesis"]

@@ -327,6 +327,116 @@ def _request_step(action: str, **more) -> Callable[[int], st.SearchStrategy]:
         lambda api: {"f": action, "api": api, **more})
 
 
+# ---- releases and features ---------------------------------------------------------------
+# A rolling upgrade, a downgrade and a feature's finalization, as an operator does them
+# while the applications run (docs/plans.md, "Upgrades").
+RELEASE_KINDS = ("upgrade", "downgrade", "finalize")
+# The feature levels a release knows first (Kafka's FeatureCommand `describe` on each
+# release says; only those measured are here): a finalize needs every node on one of
+# them, and a downgrade's target must know every level finalized by then.
+FEATURE_SINCE: dict[tuple, str] = {("kraft.version", 1): "3.9.0", ("transaction.version", 1): "4.0.0",
+                 ("transaction.version", 2): "4.0.0", ("group.version", 1): "4.0.0"}
+METADATA_VERSION = "metadata.version"
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _is_release(v) -> bool:
+    return (isinstance(v, str) and len(v.split(".")) == 3
+            and all(part.isdigit() for part in v.split(".")))
+
+
+def _is_feature(v) -> bool:
+    return isinstance(v, str) and bool(v) and (v == METADATA_VERSION or v.endswith(".version"))
+
+
+def _finalize_problem(step: Step) -> str | None:
+    level, metadata = step.get("level"), step.get("feature") == METADATA_VERSION
+    if metadata and not (isinstance(level, str) and level[:1].isdigit()):
+        return ('finalize: metadata.version takes a release\'s metadata version as text, '
+                f'like "4.4-IV2" or "4.4", not {level!r}')
+    if not metadata and not _int(0)(level):
+        return f"finalize: {step.get('feature')} takes a level: a non-negative integer, not {level!r}"
+    return None
+
+
+def _change_release(direction: str) -> Callable[[Scene, Step], Step]:
+    """Move the node named, or every node in id order (a rolling change), to release
+    `to`; nodes already on it are left as they are."""
+    def act(scene: Scene, step: Step) -> Step:
+        nodes = [resolve(scene, step["node"])] if "node" in step else list(scene.cluster.nodes)
+        moved = []
+        for node in nodes:
+            if scene.cluster.releases()[node] != step["to"]:
+                scene.cluster.change_release(node, step["to"], clean=step.get("clean", True),
+                                             wait=step.get("wait", True))
+                moved.append(node)
+        return {**step, **({"node": nodes[0]} if "node" in step else {}), "moved": moved,
+                "releases": {str(n): v for n, v in scene.cluster.releases().items()}}
+    return act
+
+
+def _finalize(scene: Scene, step: Step) -> Step:
+    scene.cluster.finalize(step["feature"], step["level"])
+    return {**step, "features": {name: levels["finalized"] for name, levels
+                                 in scene.cluster.described_features().items()}}
+
+
+def _release_label(v: Step) -> str:
+    where = f" n{v['node']}" if "node" in v else ""
+    return f"{v.get('f', 'upgrade')}{where} to {v.get('to', '?')}"
+
+
+def release_problem(steps: list[Step], start: str, nodes: list[int]) -> str | None:
+    """Whether a plan's upgrades, downgrades and finalizes, in order, can run on a
+    cluster that starts on release `start`: each upgrade goes up and each downgrade down
+    from where its nodes are then, a downgrade's target knows every level finalized by
+    then, and a finalize comes once every node runs a release that has its level."""
+    on = dict.fromkeys(nodes, start)
+    finalized: dict[str, object] = {}
+    for i, step in enumerate(steps, 1):
+        f = step.get("f")
+        if f in ("upgrade", "downgrade"):
+            # A target (the leader) may be any node when it fires: each is checked, and
+            # none counted as moved.
+            targets = [step["node"]] if isinstance(step.get("node"), int) else list(on)
+            for node in targets:
+                now, to = release_key(on[node]), release_key(step["to"])
+                if f == "upgrade" and to < now:
+                    return (f"fault {i}: upgrade to {step['to']}, but node {node} runs "
+                            f"{on[node]} then: a move to an older release is a downgrade")
+                if f == "downgrade" and to > now:
+                    return (f"fault {i}: downgrade to {step['to']}, but node {node} runs "
+                            f"{on[node]} then: a move to a newer release is an upgrade")
+                if to < (3, 3):
+                    return f"fault {i}: {step['to']} has no KRaft mode to run this cluster in (3.3.0 on)"
+                unknown = [f"{name}={level}" for name, level in finalized.items()
+                           if release_key(FEATURE_SINCE.get((name, level), "0.0.0")) > to]
+                if f == "downgrade" and unknown:
+                    return (f"fault {i}: downgrade to {step['to']}, which does not know "
+                            f"{', '.join(unknown)}, finalized before it")
+                if "node" not in step:
+                    on = dict.fromkeys(on, step["to"])
+                elif isinstance(step["node"], int):
+                    on[node] = step["to"]
+        elif f == "finalize" and step.get("feature") != METADATA_VERSION:
+            since = FEATURE_SINCE.get((step.get("feature"), step.get("level")))
+            oldest = min(on.values(), key=release_key)
+            if since and release_key(oldest) < release_key(since):
+                return (f"fault {i}: finalize {step['feature']}={step['level']} needs every "
+                        f"node on {since} or later, and a node runs {oldest} then; upgrade first")
+            finalized[step["feature"]] = step.get("level")
+    return None
+
+
+def releases_named(steps: list[Step]) -> list[str]:
+    """The releases a plan's steps move nodes to, to install before the run starts."""
+    return sorted({s["to"] for s in steps if s.get("f") in ("upgrade", "downgrade")},
+                  key=release_key)
+
+
 def _directions(default: tuple[str, ...]) -> Param:
     return Param(f"a list of {', '.join(STREAMS)} (default {', '.join(default)})", _subset(STREAMS))
 
@@ -552,6 +662,39 @@ _DEFINITIONS = [
           "response is discarded", "request", dict(REQUEST), _request("duplicate_request"),
           "until", _NETWORK, _request_step("duplicate_request"), _heal, _request_label,
           mixed=False, check=_request_problem),
+    # Releases and features (plans name them; the named sets do not draw them).
+    Fault("upgrade", "stop the node (or every node, one after another: a rolling upgrade) "
+          "and start it on Kafka release `to` with its data; with `wait`, each is back in "
+          "the ISR of its partitions before the next", "node",
+          {"to": Param("a Kafka release newer than the node's, like \"4.4.0\"", _is_release,
+                       required=True),
+           "node": Param(f"{_REF_DOC} (default: every node, in id order)", _is_ref, nodes=_one),
+           "clean": Param("true: SIGTERM (default); false: SIGKILL",
+                          lambda v: isinstance(v, bool)),
+           "wait": Param("true: wait until the node is back in the ISR (default); false: go "
+                         "on at once", lambda v: isinstance(v, bool))},
+          _change_release("upgrade"), "instant", label=_release_label, mixed=False),
+    Fault("downgrade", "the same as upgrade, to an older release `to`: one that knows the "
+          "cluster's finalized feature levels", "node",
+          {"to": Param("a Kafka release older than the node's, like \"3.9.2\"", _is_release,
+                       required=True),
+           "node": Param(f"{_REF_DOC} (default: every node, in id order)", _is_ref, nodes=_one),
+           "clean": Param("true: SIGTERM (default); false: SIGKILL",
+                          lambda v: isinstance(v, bool)),
+           "wait": Param("true: wait until the node is back in the ISR (default); false: go "
+                         "on at once", lambda v: isinstance(v, bool))},
+          _change_release("downgrade"), "instant", label=_release_label, mixed=False),
+    Fault("finalize", "set a feature's finalized level with Kafka's FeatureCommand, up or "
+          "down (metadata.version only up), as an operator does after an upgrade", "node",
+          {"feature": Param("a feature's name: metadata.version, transaction.version, "
+                            "group.version, kraft.version, ...", _is_feature, required=True),
+           "level": Param("a non-negative integer (metadata.version: its name, like "
+                          "\"4.4-IV2\", or a release like \"4.4\")",
+                          lambda v: _int(0)(v) or (isinstance(v, str) and bool(v)),
+                          required=True)},
+          _finalize, "instant",
+          label=lambda v: f"finalize {v.get('feature', '?')}={v.get('level', '?')}",
+          mixed=False, check=_finalize_problem),
     # Undos.
     Fault("release", "deliver every request a hold_request holds now (its toxics stay, "
           "acting on no more requests than they were told, until the heal)", "request", {},

@@ -3,7 +3,11 @@ started by the harness, broken on purpose, and put back together.
 
 The cluster offers primitives, not a fault vocabulary (that is workloads/faults.py):
 - on a node's JVM: kill (SIGKILL), pause (SIGSTOP) / resume, stop (SIGTERM), start,
-  restart, wipe (kill, delete its data, format again);
+  restart, wipe (kill, delete its data, format again), and change_release (stop or kill
+  it, start it again on another Kafka release's jars with its data: a rolling upgrade's
+  or a downgrade's step);
+- on the cluster's features: finalize one (metadata.version, transaction.version, ...) at
+  a level, with Kafka's own FeatureCommand;
 - on links (one toxiproxy proxy each): disable, add a toxic, and heal (every link enabled,
   every toxic gone).
 It keeps the state of their effects (disabled links, toxics in force, paused and down
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,10 +35,10 @@ from confluent_kafka import KafkaException
 
 from onceproof.cluster import procs
 from onceproof.cluster.metadata import Metadata
-from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_toxiproxy
+from onceproof.cluster.provision import KafkaDist, ensure_kafka, ensure_kafka_tools, ensure_toxiproxy
 from onceproof.cluster.topology import HOST, Topology
 from onceproof.cluster.toxi import Toxi, ToxiproxySilent
-from onceproof.errors import SetupError
+from onceproof.errors import SetupError, Unsettled
 
 JVM_OPTS = [
     # Three JVMs, toxiproxy and Spark share two cores: small heaps, and C1 only, because
@@ -64,10 +69,20 @@ TOXICS = {"latency", "reset_peer", "slicer", "bandwidth", "timeout", "slow_close
 
 class Cluster(Metadata):
     def __init__(self, root: str | Path, nodes: int = 3, kafka_version: str | None = None,
-                 owned: bool = True, overrides: dict | None = None):
+                 owned: bool = True, overrides: dict | None = None,
+                 features: dict[str, int] | None = None):
         self.root = Path(root).resolve()
         self.n = nodes
         self.requested_version = kafka_version
+        # Feature levels the nodes' storage is formatted with (`--feature name=level`;
+        # none: the release's defaults), e.g. transaction.version=1 on 4.x to finalize 2
+        # during a run.
+        self.features = dict(features or {})
+        # The release each node runs, when a change_release moved it off the cluster's;
+        # and whether a run changed releases or features, which the next configure
+        # undoes by starting the cluster over (a finalized level cannot go back).
+        self.node_dists: dict[int, KafkaDist] = {}
+        self.drifted = False
         self.owned = owned
         # Broker settings, as text, on top of the harness's own (server_properties): `base`
         # for every run on this cluster, `overrides` the ones in force now (base and the
@@ -118,9 +133,11 @@ class Cluster(Metadata):
         the ones in force, every node starts over on an empty disk with them: settings
         such as the internal topics' replication apply only when a cluster is new."""
         wanted = {**self.base, **broker}
-        if wanted == self.overrides and not self._refused:
+        if wanted == self.overrides and not self._refused and not self.drifted:
             return
         self.overrides = wanted
+        self.node_dists.clear()
+        self.drifted = False
         self._refused = True  # until the cluster is ready with them
         for node in self.topology.nodes:
             self.kill(node)
@@ -198,27 +215,35 @@ class Cluster(Metadata):
         for link in self.topology.links:
             self.toxi.create(link.name, f"{HOST}:{link.listen}", f"{HOST}:{link.upstream}")
 
+    def dist_of(self, node: int) -> KafkaDist:
+        """The Kafka release node runs (the cluster's, unless changed since)."""
+        return self.node_dists.get(node, self.dist)
+
     def _configure(self, node: int) -> None:
         d = self.node_dir(node)
+        dist = self.dist_of(node)
         (d / "data").mkdir(parents=True, exist_ok=True)
         props = self.topology.server_properties(node, str(d / "data"), self.overrides,
-                                                self.dist.release)
+                                                dist.release)
         (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        template = _LOG4J2 if self.dist.major >= 4 else _LOG4J1
+        template = _LOG4J2 if dist.major >= 4 else _LOG4J1
         (d / "log4j.properties").write_text(template.format(log=d / "server.log"))
 
-    def _java(self, node: int, main: str, *args: str) -> list[str]:
+    def _java(self, node: int, main: str, *args: str, classpath: str | None = None) -> list[str]:
         d = self.node_dir(node)
-        log_flag = (f"-Dlog4j2.configurationFile={d / 'log4j.properties'}" if self.dist.major >= 4
+        dist = self.dist_of(node)
+        log_flag = (f"-Dlog4j2.configurationFile={d / 'log4j.properties'}" if dist.major >= 4
                     else f"-Dlog4j.configuration=file:{d / 'log4j.properties'}")
         return ["java", *JVM_OPTS, log_flag, f"-Dkafka.logs.dir={d}",
-                "-cp", self.dist.classpath, main, *args]
+                "-cp", classpath or dist.classpath, main, *args]
 
     def _format(self, node: int) -> None:
         d = self.node_dir(node)
+        features = [arg for name, level in self.features.items()
+                    for arg in ("--feature", f"{name}={level}")]
         proc = subprocess.run(
             self._java(node, "kafka.tools.StorageTool", "format", "-t",
-                       self.topology.cluster_id, "-c", str(d / "server.properties")),
+                       self.topology.cluster_id, "-c", str(d / "server.properties"), *features),
             capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             lines = (proc.stdout + proc.stderr).strip().splitlines()
@@ -252,7 +277,8 @@ class Cluster(Metadata):
 
     def described(self) -> dict:
         """What a run on this cluster tested, for its history, verdict and report."""
-        return {"kafka_version": self.version, "nodes": self.nodes, "broker": self.overrides}
+        return {"kafka_version": self.version, "nodes": self.nodes, "broker": self.overrides,
+                **({"features": self.features} if self.features else {})}
 
     def lacks(self, primitive: str) -> str | None:
         """Why a fault primitive cannot be done here: every one can."""
@@ -408,6 +434,97 @@ class Cluster(Metadata):
         shutil.rmtree(self.node_dir(node) / "data", ignore_errors=True)
         (self.node_dir(node) / "data").mkdir()
         self._format(node)
+
+    # ---- releases and features -------------------------------------------------------
+
+    def releases(self) -> dict[int, str]:
+        """The Kafka release each node runs."""
+        return {node: self.dist_of(node).version for node in self.nodes}
+
+    def install_release(self, version: str) -> None:
+        """Fetch a release a run will move nodes to, before the run starts."""
+        ensure_kafka(version)
+
+    def change_release(self, node: int, version: str, clean: bool = True, wait: bool = True,
+                       timeout: float = 120.0) -> None:
+        """Stop node (SIGTERM, or SIGKILL when not `clean`) and start it on Kafka
+        `version` with its data, its settings written for that release. With `wait`,
+        return once it answers again and is back in the ISR of every partition it
+        replicates, as a careful operator waits before the next node. A node that does
+        not come back is Unsettled, with the last error of its log."""
+        dist = ensure_kafka(version)
+        (self.stop if clean else self.kill)(node)
+        self.drifted = True
+        self.node_dists[node] = dist
+        self._configure(node)
+        self.start(node)
+        if not wait:
+            return
+        port = self.topology.link("client", 0, node).listen
+        deadline = time.monotonic() + timeout
+        back = False
+        while procs.alive(self._pid(node)) and time.monotonic() < deadline and not back:
+            back = _answers_api_versions(port) and not self._out_of_isr(node)
+            time.sleep(0 if back else 0.5)
+        if not back or not procs.alive(self._pid(node)):
+            state = "exited" if not procs.alive(self._pid(node)) else f"not back after {timeout:.0f} s"
+            raise Unsettled(f"node {node} on Kafka {version}: {state} ({self._last_error(node)}); "
+                            f"see {self.node_dir(node) / 'server.log'}")
+
+    def _out_of_isr(self, node: int) -> bool:
+        """Whether node replicates a partition whose ISR lacks it (or the cluster's
+        metadata cannot be read)."""
+        try:
+            meta = self.admin().list_topics(timeout=5)
+        except KafkaException:
+            return True
+        return any(node in p.replicas and node not in p.isrs
+                   for t in meta.topics.values() for p in t.partitions.values())
+
+    def _feature_tool(self, *args: str) -> str:
+        """Kafka's FeatureCommand, of the newest release a node runs, against the cluster."""
+        node = max(self.nodes, key=lambda n: self.dist_of(n).release)
+        dist = self.dist_of(node)
+        tools = ensure_kafka_tools(dist.version)
+        proc = subprocess.run(
+            self._java(node, tools.main, "--bootstrap-server", self.bootstrap, *args,
+                       classpath=tools.classpath),
+            capture_output=True, text=True, timeout=120)
+        said = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            lines = [l.strip() for l in said.splitlines() if l.strip() and not l.lstrip().startswith("at ")]
+            raise Unsettled(f"kafka-features {' '.join(args)} failed: {(lines or ['no output'])[-1][:300]}")
+        return said
+
+    def described_features(self) -> dict[str, dict[str, int | str]]:
+        """Each feature the cluster knows: its finalized level and the range the nodes
+        support, as Kafka's FeatureCommand describes them."""
+        out: dict[str, dict[str, int | str]] = {}
+        for line in self._feature_tool("describe").splitlines():
+            # "Feature: <name> SupportedMinVersion: <level> ...", by tabs (3.x) or spaces.
+            fields = dict(_FEATURE_FIELD.findall(line))
+            if "Feature" not in fields:
+                continue
+            out[fields["Feature"]] = {
+                key: _level(fields.get(name, "0")) for key, name in
+                (("finalized", "FinalizedVersionLevel"), ("min", "SupportedMinVersion"),
+                 ("max", "SupportedMaxVersion"))}
+        return out
+
+    def finalize(self, feature: str, level: int | str) -> None:
+        """Set a feature's finalized level (up or down from where it is), as an operator
+        does once every node runs a release that supports it. metadata.version's level
+        is a release's metadata version (4.4-IV2, or 4.4 for its newest) and only goes
+        up: Kafka cannot downgrade it safely."""
+        now = self.described_features().get(feature, {}).get("finalized", 0)
+        if level == now:
+            return
+        self.drifted = True
+        if feature == METADATA_VERSION:
+            self._feature_tool("upgrade", "--metadata", str(level))
+        else:
+            up = isinstance(now, str) or int(level) > now
+            self._feature_tool("upgrade" if up else "downgrade", "--feature", f"{feature}={level}")
 
     # ---- link primitives -------------------------------------------------------------
 
@@ -615,6 +732,21 @@ class Cluster(Metadata):
         tmp = self.root / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.root / "state.json")
+
+
+_FEATURE_FIELD = re.compile(r"(\w+):\s*(\S+)")
+
+
+METADATA_VERSION = "metadata.version"
+
+
+def _level(text: str) -> int | str:
+    """A level as FeatureCommand prints it: a number, or metadata.version's name of
+    one (3.9-IV0), kept as text."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _until(done, timeout: float) -> bool:

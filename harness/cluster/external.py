@@ -34,7 +34,7 @@ from confluent_kafka import KafkaException
 
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.metadata import Metadata
-from onceproof.errors import SetupError
+from onceproof.errors import SetupError, Unsettled
 
 # The primitives a user may give a command for, and what each does to a node.
 COMMANDS = {
@@ -198,6 +198,10 @@ class ExternalCluster(Metadata):
                                   for k, v in sorted(self.client_config.items())},
                 "fault_commands": sorted(self.commands)}
 
+    def install_release(self, version: str) -> None:
+        raise SetupError(f"cannot move the nodes of a cluster the harness did not start to "
+                         f"Kafka {version}; upgrade it yourself and run again")
+
     def lacks(self, primitive: str) -> str | None:
         """Why this cluster cannot do a primitive of workloads/faults.py (`links` for every
         network one), or None: node primitives need the user's commands."""
@@ -205,6 +209,9 @@ class ExternalCluster(Metadata):
             return "network faults need the harness's own proxies"
         if primitive == "wipe":
             return "deleting a broker's disk is not offered for a cluster the harness did not start"
+        if primitive in ("upgrade", "downgrade", "finalize"):
+            return ("changing a broker's release or feature levels is not offered for a "
+                    "cluster the harness did not start")
         missing = [c for c in _RUNS[primitive] if c not in self.commands]
         return "no " + ", ".join(f"--fault-command {c}=..." for c in missing) if missing else None
 
@@ -365,7 +372,7 @@ class ExternalCluster(Metadata):
 AnyCluster = Cluster | ExternalCluster
 
 
-class CommandFailed(Exception):
+class CommandFailed(Unsettled):
     """A user's fault command exited non-zero or timed out: whether the fault happened is
     unknown (its op is info)."""
 

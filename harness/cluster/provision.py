@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +80,8 @@ class KafkaDist:
         return str(self.libs / "*")
 
 
-def _pom(version: str) -> str:
-    deps = [("org.apache.kafka", "kafka_2.13", version)] + _BINDINGS[int(version.split(".")[0])]
+def _pom(version: str, deps: list[tuple[str, str, str]] | None = None) -> str:
+    deps = deps or [("org.apache.kafka", "kafka_2.13", version)] + _BINDINGS[int(version.split(".")[0])]
     body = "".join(
         f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
         f"<version>{v}</version></dependency>" for g, a, v in deps)
@@ -111,6 +112,55 @@ def ensure_kafka(version: str | None = None) -> KafkaDist:
                          f"({' | '.join(tail)}); check the version exists and the network")
     (home / ".complete").write_text(version)
     return KafkaDist(version, libs)
+
+
+@dataclass(frozen=True)
+class FeatureTool:
+    """Kafka's FeatureCommand of one release: its main class and the classpath it runs on."""
+    main: str
+    classpath: str
+
+
+# Where a release keeps its FeatureCommand: in kafka-tools (a Maven artifact of its own,
+# fetched beside the broker's) from 3.5 on, where the broker's jar keeps at most a shim
+# that calls it; in the broker's jar (Scala) before.
+_TOOLS_MAIN, _CORE_MAIN = "org.apache.kafka.tools.FeatureCommand", "kafka.admin.FeatureCommand"
+
+
+def _has_class(folder: Path, main: str) -> bool:
+    entry = main.replace(".", "/") + ".class"
+    for jar in folder.glob("kafka*.jar"):
+        with zipfile.ZipFile(jar) as z:
+            if entry in z.namelist():
+                return True
+    return False
+
+
+def ensure_kafka_tools(version: str) -> FeatureTool:
+    """Kafka `version`'s FeatureCommand, its kafka-tools fetched from Maven Central."""
+    dist = ensure_kafka(version)
+    if dist.release < (3, 5):
+        return FeatureTool(_CORE_MAIN, dist.classpath)
+    home = cache_dir() / "kafka" / version / "tools"
+    libs = home / "libs"
+    if not (home / ".complete").exists():
+        mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "pom.xml").write_text(_pom(version, [("org.apache.kafka", "kafka-tools", version)]))
+        shutil.rmtree(libs, ignore_errors=True)
+        proc = subprocess.run(
+            [mvn, "-q", "-B", "-U", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
+             f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+            capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+            raise SetupError(f"mvn could not fetch kafka-tools {version} from Maven Central "
+                             f"({' | '.join(tail)}); check the network")
+        if not _has_class(libs, _TOOLS_MAIN):
+            raise SetupError(f"kafka-tools {version} has no {_TOOLS_MAIN}")
+        (home / ".complete").write_text(version)
+    # The broker's jars first: the tools' copies of shared libraries are the same release.
+    return FeatureTool(_TOOLS_MAIN, f"{dist.classpath}:{libs / '*'}")
 
 
 # The toxiproxy server the harness runs is our own build of toxiproxy's library: its
