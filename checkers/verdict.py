@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from onceproof.history.format import CLUSTER
+
 from . import (
     anomaly,
     consumption,
@@ -31,6 +33,7 @@ from . import (
     pipeline,
     streams,
 )
+from . import known as _known
 from .store import Tables, convert, convert_each, is_converted, read_parquet
 
 # `valid` in a verdict's JSON when the history held nothing to judge.
@@ -69,6 +72,14 @@ class Verdict:
     processes: dict[str, str] = field(default_factory=dict)
     # What the rules could not judge for lack of information: [{rule, count, why}].
     unjudged: list[dict] = field(default_factory=list)
+    # Per failing type, what its anomalies' witnesses were, every anomaly counted: [{n,
+    # witnesses: [{role, f, process, txn}]}] (`txn`: whether the op was in a
+    # transaction), the most common SHAPES shapes, then one {n, witnesses: None} for
+    # the rest. What checkers/known.py matches known issues on.
+    shapes: dict[str, list[dict]] = field(default_factory=dict)
+    # The known upstream issues its anomalies match (checkers/known.py, KnownMatch as
+    # dicts): shown beside them, never in their place.
+    known: list[dict] = field(default_factory=list)
 
     @property
     def live(self) -> bool:
@@ -80,6 +91,26 @@ class Verdict:
         are not among them: a history with concurrent transactions shows g0 cycles as
         notes in almost every run, so counting them would make every run "show" them."""
         return {t for t, n in self.violations.items() if n} | set(self.stalls)
+
+    @property
+    def unexplained(self) -> set[str]:
+        """The failing types with an anomaly no known issue matches (Verdict.known,
+        checkers/known.py): what is new in this verdict."""
+        explained: dict[str, int] = {}
+        for m in self.known:
+            explained[m["type"]] = explained.get(m["type"], 0) + int(m["count"])
+        return {t for t in self.failing if explained.get(t, 0) < self.counts.get(t, 0)}
+
+    def fails(self, known_issues: str = _known.FAIL) -> bool:
+        """Whether this verdict fails a run: any violation or stall (`fail`), or under
+        `report` only one no known issue matches. A verdict without evidence (unknown)
+        does not fail by this; the callers give it exit code 2."""
+        return bool(self.failing if known_issues == _known.FAIL else self.unexplained)
+
+    @property
+    def known_only(self) -> bool:
+        """Something fails the verdict, and a known issue matches every anomaly of it."""
+        return bool(self.failing) and not self.unexplained
 
     @property
     def fine(self) -> bool:
@@ -108,7 +139,9 @@ class Verdict:
                    stalls=list(d.get("stalls", [])), unknown=d.get("unknown"),
                    tested=dict(d.get("tested") or {}),
                    processes=dict(d.get("processes") or {}),
-                   unjudged=[dict(u) for u in d.get("unjudged") or []])
+                   unjudged=[dict(u) for u in d.get("unjudged") or []],
+                   shapes={k: list(v) for k, v in (d.get("shapes") or {}).items()},
+                   known=[dict(m) for m in d.get("known") or []])
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True)
@@ -127,7 +160,8 @@ class Verdict:
         # the claims without the failures they are about.
         fault_free = self.tested.get("external") and not self.tested.get("faults_injected")
         return (("VALID" if self.valid else "INVALID") + ("" if self.live else ", NOT LIVE")
-                + (" (fault-free: no fault was injected)" if fault_free else ""))
+                + (" (fault-free: no fault was injected)" if fault_free else "")
+                + (f" ({known_issues_only(self.known)})" if self.known_only else ""))
 
     def summary(self) -> str:
         lines = [self.headline]
@@ -139,13 +173,21 @@ class Verdict:
                          f"{s.get('writes', 0)} writes, {s.get('reads', 0)} reads, "
                          f"{s.get('partitions', 0)} partitions")
         for t in sorted(self.counts, key=_order):
-            lines.append(f"  {t}: {self.counts[t]} ({self.severity(t)})")
+            lines.append(f"  {t}: {self.counts[t]} ({self.severity(t)})"
+                         + "".join(f"; {_known.match_text(m)}" for m in self.known
+                                   if m["type"] == t))
             for ex in self.examples.get(t, []):
                 lines.append(f"    - {describe(ex)}")
         if not self.counts:
             lines.append("  no anomalies")
         lines += unjudged_lines(self.unjudged)
         return "\n".join(lines)
+
+
+def known_issues_only(matches: list[dict]) -> str:
+    """The words a headline gets when every failing anomaly matches a known issue."""
+    issues = sorted({m["issue"] for m in matches})
+    return f"known issue{'s' if len(issues) > 1 else ''} only: {', '.join(issues)}"
 
 
 def unjudged_lines(unjudged: list[dict]) -> list[str]:
@@ -261,18 +303,85 @@ def check(path, spark=None, examples: int = 3, spark_master: str | None = None,
             g = g.sort_values("severity", key=lambda s: s != anomaly.VIOLATION, kind="stable")
             ex[t] = [_plain(r) for r in g.head(examples).to_dict("records")]
         processes = _witness_processes(Path(tables.dir), ex)
+        shapes = _shapes(Path(tables.dir), found[found["type"].isin(violating | stalling)])
+        ran_on = _cluster(path, Path(tables.dir))
     order = sorted(per_type, key=_order)
     stats = dict(tables.stats)
     stats["check_seconds"] = round(time.perf_counter() - started, 3)
     stats["anomalies"] = len(found)
     stats["engine"] = "local" if local else "spark"
     # What was found is reported whatever else is missing (a stall needs no record).
-    return Verdict(unknown=None if per_type else missing_evidence(stats),
+    verdict = Verdict(unknown=None if per_type else missing_evidence(stats),
                    valid=not violating, counts={t: per_type[t] for t in order},
                    examples={t: ex[t] for t in order},
                    notes=[t for t in order if t not in violating | stalling], stats=stats,
                    stalls=[t for t in order if t in stalling], processes=processes,
-                   unjudged=unjudged)
+                   unjudged=unjudged, shapes=shapes, tested=ran_on)
+    _known.annotate(verdict)
+    return verdict
+
+
+# The most witness shapes a verdict keeps per type (Verdict.shapes); the rest are counted
+# together, and no known issue matches them.
+SHAPES = 50
+
+
+def _shapes(folder: Path, found: pd.DataFrame) -> dict[str, list[dict]]:
+    """Per type, its anomalies grouped by what their witnesses were: each witness's
+    role, the op's kind (`f`), its process and whether it was in a transaction, from
+    the ops table; every anomaly counted (Verdict.shapes)."""
+    if found.empty:
+        return {}
+    rows = [(t, anomaly.plain_witnesses(w) or []) for t, w in zip(found["type"], found["witnesses"])]
+    wanted = sorted({w["op"] for _, ws in rows for w in ws})
+    path = folder / "ops.parquet"
+    of: dict[int, tuple] = {}
+    if wanted and path.exists():
+        import pyarrow.parquet as pq
+        t = pq.read_table(path, columns=["op", "f", "process", "txn"],
+                          filters=[("op", "in", wanted)])
+        of = {op: (f, p, txn is not None) for op, f, p, txn in zip(
+            *(t.column(c).to_pylist() for c in ("op", "f", "process", "txn")))}
+    counted: dict[str, dict[tuple, int]] = {}
+    for t, ws in rows:
+        key = tuple(sorted({(w["role"], *of.get(w["op"], (None, None, None))) for w in ws},
+                           key=str))
+        per = counted.setdefault(t, {})
+        per[key] = per.get(key, 0) + 1
+    out: dict[str, list[dict]] = {}
+    for t, per in counted.items():
+        common = sorted(per.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        out[t] = [{"n": n, "witnesses": [{"role": r, "f": f, "process": p, "txn": x}
+                                         for r, f, p, x in key]}
+                  for key, n in common[:SHAPES]]
+        if (rest := sum(n for _, n in common[SHAPES:])):
+            out[t].append({"n": rest, "witnesses": None})
+    return out
+
+
+def _cluster(history: Path, folder: Path) -> dict:
+    """What the history's cluster op says it ran on: the Kafka release and the client
+    libraries with their releases (docs/history.md), or {} when it has none. From the
+    faults table when the history was converted; else from the JSONL's first line,
+    where the harness writes it (a local check writes no faults table)."""
+    values: list = []
+    if (folder / "faults.parquet").exists():
+        import pyarrow.parquet as pq
+        t = pq.read_table(folder / "faults.parquet", columns=["f", "value"],
+                          filters=[("f", "==", CLUSTER)])
+        values = [json.loads(v) for v in t.column("value").to_pylist() if v]
+    elif history.is_file():
+        with open(history, "rb") as fh:
+            try:
+                first = json.loads(fh.readline(1 << 20) or b"{}")
+            except ValueError:
+                first = {}
+        if isinstance(first, dict) and first.get("f") == CLUSTER:
+            values = [first.get("value")]
+    for said in values:
+        if isinstance(said, dict):
+            return {k: said[k] for k in ("kafka_version", "clients") if k in said}
+    return {}
 
 
 def _witness_processes(folder: Path, examples: dict[str, list[dict]]) -> dict[str, str]:

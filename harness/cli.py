@@ -70,7 +70,7 @@ DOCS_EPILOG = """\b
 Docs (the index is README.md's "Docs" section):
   docs/plans.md, docs/history.md, docs/checkers.md, docs/writing-properties.md,
   docs/suites.md, docs/your-cluster.md, docs/nightly.md, docs/performance.md,
-  docs/findings.md, docs/architecture.md, docs/protocol.md"""
+  docs/findings.md, docs/known-issues.md, docs/architecture.md, docs/protocol.md"""
 
 
 @click.group(cls=_Group, epilog=DOCS_EPILOG)
@@ -184,6 +184,24 @@ def _external(bootstrap: str | None, client_pairs: tuple[str, ...], client_file:
 spark_option = click.option("--spark-master", envvar="ONCEPROOF_SPARK_MASTER", default=None,
                             help="Spark master for checking histories too big to check "
                                  "in this process (default: local).")
+# checkers/known.py MODES, spelled out here so that the CLI starts without the checkers.
+KNOWN_ISSUES_MODES = ("fail", "report")
+
+
+def _known_issues_mode(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    # Checked here rather than by click.Choice, whose usage error takes three lines.
+    if value not in KNOWN_ISSUES_MODES:
+        raise SetupError(f"--known-issues must be {' or '.join(KNOWN_ISSUES_MODES)}, "
+                         f"not {value!r}")
+    return value
+
+
+known_issues_option = click.option(
+    "--known-issues", default="fail", show_default=True, metavar="fail|report",
+    callback=_known_issues_mode,
+    help="fail: every violation or stall fails (exit 1); report: a run whose every failing "
+         "anomaly matches a known upstream issue (docs/known-issues.md) exits 0, still "
+         "showing each match; a new anomaly fails either way.")
 artifacts_option = click.option("--artifacts", default="artifacts", show_default=True,
                                 help="Folder for plans, histories, verdicts and logs.")
 
@@ -286,12 +304,15 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, extern
 @spark_option
 @artifacts_option
 @external_options
+@known_issues_option
 def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, client: str | None,
            java_client_version: str | None, spark_master: str | None, artifacts: str, bootstrap,
-           client_pairs, client_config_file, fault_commands, keep) -> None:
+           client_pairs, client_config_file, fault_commands, keep, known_issues: str) -> None:
     """Re-run a saved plan (plan.json, a counterexample folder, or a counterexample kept as
     one file, such as tests/counterexamples/*.json) on a fresh cluster, or on yours
-    (--bootstrap), and report how many runs show the anomaly it was saved for."""
+    (--bootstrap), and report how many runs show the anomaly it was saved for. Exit 1
+    when one did (with --known-issues report, only a run where what it showed is not
+    all known issues)."""
     import json
     from pathlib import Path
 
@@ -314,21 +335,30 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
     else:
         wanted = (Verdict.from_dict(json.loads(saved.read_text())).failing
                   if saved.exists() else set())
-    hits = 0
+    hits = new = 0
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     with _fresh_cluster(artifacts, nodes, kafka_version, external) as cluster:
         for i in range(runs):
             trial = run_trial(plan, cluster, Path(artifacts) / "replays" / f"run-{i + 1}",
                               spark_master)
             failing = trial.verdict.failing
-            hits += reproduces(wanted, trial.verdict)
+            hit = reproduces(wanted, trial.verdict)
+            hits += hit
+            # Under --known-issues report, a run counts for the exit code only when
+            # what it reproduced is not all known issues.
+            unexplained = trial.verdict.unexplained
+            new += hit and (known_issues == "fail"
+                            or bool(unexplained & wanted if wanted else unexplained))
             notes = sorted(trial.anomalies - failing)
+            matched = sorted({f"{m['issue']}, {m['state']}" for m in trial.verdict.known})
             click.echo(f"run {i + 1}/{runs}: {', '.join(sorted(failing)) or 'valid'}"
                        + (f" (notes: {', '.join(notes)})" if notes else "")
+                       + (f" (matches {'; '.join(matched)})" if matched else "")
                        + f"  ({trial.folder})")
     target = ", ".join(sorted(wanted)) or "any violation or stall"
-    click.echo(f"reproduced {target} in {hits} of {runs} runs")
-    sys.exit(1 if hits else 0)
+    click.echo(f"reproduced {target} in {hits} of {runs} runs"
+               + (f", {hits - new} of them known issues only" if hits > new else ""))
+    sys.exit(1 if new else 0)
 
 
 @main.command()
@@ -625,10 +655,11 @@ def install(kafka_version: str | None) -> None:
 @broker_config_options
 @spark_option
 @external_options
+@known_issues_option
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
                 java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
-                client_pairs, client_config_file, fault_commands, keep) -> None:
+                client_pairs, client_config_file, fault_commands, keep, known_issues) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -641,7 +672,7 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
                               clients_per_node, partitions, interval, broker, external,
-                              client, java_client_version))
+                              client, java_client_version, known_issues))
     sys.exit(code)
 
 
@@ -688,14 +719,30 @@ def versions_command(versions, workload, faults, duration, seed, out, nodes, spa
 @spark_option
 @click.option("--json", "json_out", type=click.Path(), default=None,
               help="Also write the verdict as JSON to this file.")
-def check_command(history: str, spark_master: str | None, json_out: str | None) -> None:
+@known_issues_option
+def check_command(history: str, spark_master: str | None, json_out: str | None,
+                  known_issues: str) -> None:
     """Check a history (history.jsonl, or its Parquet folder) and print the verdict.
     Exit 0: valid; 1: anomalies or stalls; 2: the history could not be checked, or holds
-    nothing to judge (verdict UNKNOWN)."""
+    nothing to judge (verdict UNKNOWN). With --known-issues report, 0 also when every
+    failing anomaly matches a known issue. A plan.json beside the history tells which
+    client library each process ran on."""
+    import json
+    from pathlib import Path
+
     from onceproof.checkers.render import run_check
     from onceproof.history.format import HistoryError
+    beside = Path(history).parent / "plan.json"
+    plan_clients = None
+    if beside.is_file():
+        from onceproof.trial import plan_clients as of_plan
+        try:
+            plan_clients = of_plan(json.loads(beside.read_text()))
+        except (ValueError, KeyError, AttributeError, TypeError):
+            plan_clients = None  # not a plan: the history's own cluster op says what it can
     try:
-        code = run_check(history, spark_master, json_out)
+        code = run_check(history, spark_master, json_out, known_issues=known_issues,
+                         plan_clients=plan_clients)
     except HistoryError as exc:
         raise SetupError(str(exc)) from None
     sys.exit(code)

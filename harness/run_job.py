@@ -4,7 +4,9 @@ Each run leaves a folder that a person can read: plan.json, history.jsonl,
 history.parquet/, verdict.json, logs/ (node and toxiproxy logs) and report.html. Exit
 codes say who is at fault: 0 every run valid, 1 anomalies found (Kafka, or the
 application config, broke a claim), 2 the harness could not decide (setup failed,
-cluster never ready): never mix up the last two.
+cluster never ready): never mix up the last two. With `--known-issues report`, a run
+whose every failing anomaly matches a known upstream issue (checkers/known.py) counts
+as passed; its anomalies are shown all the same.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from onceproof.checkers.known import match_text
+from onceproof.checkers.verdict import known_issues_only
 from onceproof.cluster.cluster import Cluster, effect_text
 from onceproof.cluster.external import AnyCluster, ExternalCluster
 from onceproof.report.text import client_libraries, txn_protocols
@@ -49,6 +53,9 @@ class JobOptions:
     external: ExternalCluster | None = None  # a cluster you bring (--bootstrap), connected
     client: str | None = None  # the client library of every plan client (None: librdkafka)
     java_client_version: str | None = None  # the Java client's release (None: the broker's)
+    # fail: every violation or stall fails the job; report: a run whose every failing
+    # anomaly matches a known issue (checkers/known.py) does not
+    known_issues: str = "fail"
 
     def strategy(self):
         """The plans this job draws; every option is checked here, before anything starts."""
@@ -154,7 +161,9 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             progress.update(task, completed=1.0,
                             status=trial.verdict.headline.lower()
                             if trial.verdict.fine or trial.verdict.unknown else
-                            "ANOMALIES: " + ", ".join(sorted(trial.verdict.failing)))
+                            "ANOMALIES: " + ", ".join(sorted(trial.verdict.failing))
+                            + (f" ({known_issues_only(trial.verdict.known)})"
+                               if trial.verdict.known_only else ""))
             anomalies.update({t: n for t, n in trial.verdict.counts.items() if n})
             _finish_folder(trial, cluster)
             write_report(folder)
@@ -162,10 +171,17 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     if not trials:
         raise SetupError("the time budget ran out before the first run; raise --time-budget")
     _summary(console, trials, root)
-    if not all(t.verdict.valid and t.verdict.live for t in trials):
+    return exit_code([t.verdict for t in trials], opts.known_issues)
+
+
+def exit_code(verdicts: list, known_issues: str = "fail") -> int:
+    """The job's exit code: 1 when a run's verdict fails (Verdict.fails: under
+    `--known-issues report`, only an anomaly no known issue matches), else 2 when a
+    run had nothing to judge, else 0."""
+    if any(v.fails(known_issues) for v in verdicts):
         return 1
     # A run without evidence decided nothing: the harness could not tell.
-    return 2 if any(t.verdict.unknown for t in trials) else 0
+    return 2 if any(v.unknown for v in verdicts) else 0
 
 
 def describe_clients(tested: dict) -> str:
@@ -208,7 +224,9 @@ def _summary(console: Console, trials, root: Path) -> None:
     table.add_row("operations", ", ".join(f"{n} {k}" for k, n in sorted(ops.items())))
     table.add_row("faults applied", ", ".join(f"{n} {k}" for k, n in sorted(faults.items())) or "none")
     console.print(table)
-    found = Table("anomaly", "count", "severity", "example", title="Anomalies")
+    known = any(t.verdict.known for t in trials)
+    found = Table("anomaly", "count", "severity", "example", *(["known issue"] if known else []),
+                  title="Anomalies")
     for t in trials:
         v = t.verdict
         for kind, n in sorted(v.counts.items()):
@@ -217,12 +235,17 @@ def _summary(console: Console, trials, root: Path) -> None:
                 where = ("op", "process", "topic", "partition", "offset", "value")
                 detail = ex.get("detail") or ", ".join(f"{k}={ex[k]}" for k in where
                                                       if ex.get(k) is not None)
+                matched = "; ".join(match_text(m) for m in v.known if m["type"] == kind)
                 found.add_row(kind, str(n), v.severity(kind),
-                              f"{t.folder.name}: {detail}")
+                              f"{t.folder.name}: {detail}", *([matched] if known else []))
     if found.row_count:
         console.print(found)
     valid, live = all(t.verdict.valid for t in trials), all(t.verdict.live for t in trials)
     headline = ("VALID" if valid else "ANOMALIES FOUND") + ("" if live else ", NOT LIVE")
+    failed = [t for t in trials if t.verdict.failing]
+    if failed and all(t.verdict.known_only for t in failed):
+        # Shown whatever --known-issues says; that option changes only the exit code.
+        headline += f" ({known_issues_only([m for t in failed for m in t.verdict.known])})"
     unknown = [t for t in trials if t.verdict.unknown]
     if unknown and valid:
         # A run with nothing to judge decided nothing (checkers/verdict.py, missing_evidence).

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceproof.checkers import Verdict, check
+from onceproof.checkers import Verdict, check, known
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import AnyCluster
 from onceproof.history.format import NEMESIS
+from onceproof.run.clients import producer_settings
 from onceproof.run.execute import run, under_test
 from onceproof.workloads.faults import FAULTS, is_undo
-from onceproof.workloads.plan import save, size
+from onceproof.workloads.plan import library_of, save, size
 
 
 @dataclass
@@ -68,9 +69,21 @@ def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master:
     verdict = check(tables, spark_master=spark_master)
     seen = exercised(tables)
     verdict.tested = {**under_test(cluster), "faults_injected": seen["faults"],
-                      "clients": result["clients"], "txn_protocols": result["txn_protocols"]}
+                      "clients": result["clients"], "txn_protocols": result["txn_protocols"],
+                      "plan_clients": plan_clients(plan)}
+    known.annotate(verdict)  # again, now that each client's library is known
     (folder / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
     return Trial(plan, folder, verdict, time.monotonic() - started, seen)
+
+
+def plan_clients(plan: dict) -> dict[str, dict]:
+    """Each plan client's library, and whether its producer is idempotent (the setting
+    as the plan gives it): what checkers/known.py matches a witness's process on."""
+    out = {}
+    for cid, spec in plan["clients"].items():
+        idempotent = producer_settings(plan, spec).get("enable.idempotence")
+        out[cid] = {"library": library_of(spec), "idempotent": str(idempotent).lower() == "true"}
+    return out
 
 
 def exercised(tables: Path) -> Counter[str]:

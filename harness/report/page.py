@@ -22,7 +22,8 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from onceproof.checkers import anomaly
+from onceproof.checkers import Verdict, anomaly
+from onceproof.checkers.known import match_text
 from onceproof.history.format import CLUSTER, NEMESIS
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
@@ -101,7 +102,19 @@ def _read_verdict(path: Path) -> dict | None:
             "stalls": list(d.get("stalls") or []), "stats": dict(d.get("stats") or {}),
             "unknown": d.get("unknown"), "tested": dict(d.get("tested") or {}),
             "unjudged": [{"rule": u.get("rule"), "count": u.get("count"), "why": u.get("why")}
-                         for u in d.get("unjudged") or [] if isinstance(u, dict)]}
+                         for u in d.get("unjudged") or [] if isinstance(u, dict)],
+            **_known(d)}
+
+
+def _known(d: dict) -> dict:
+    """The known issues the verdict's anomalies match (checkers/known.py), and whether
+    they are all that fails it (the banner's colour)."""
+    try:
+        v = Verdict.from_dict(d)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {"known": [], "known_only": False}
+    return {"known": v.known, "known_only": v.known_only,
+            "known_issues": sorted({f"{m['issue']}, {m['state']}" for m in v.known})}
 
 
 def _template() -> jinja2.Template:
@@ -307,7 +320,10 @@ def _anomaly_rows(verdict, examples: dict[str, list[Example]]) -> list[dict]:
              "severity": anomaly.NOTE if t in notes else anomaly.LIVENESS if t in stalls
              else anomaly.VIOLATION,
              "definition": known[t].definition if t in known else "",
-             "examples": examples.get(t, [])}
+             "examples": examples.get(t, []),
+             "known": [{"text": match_text(m), "link": m.get("link"),
+                        "documented": m.get("documented")}
+                       for m in verdict.get("known", []) if m.get("type") == t]}
             for t in kinds]
 
 
