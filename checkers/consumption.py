@@ -21,6 +21,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import COMMIT_OFFSETS, SEND_OFFSETS
+
 from . import anomaly, engine
 from .anomaly import num
 from .partlog import PartitionLog, equals, sorted_codes
@@ -172,7 +174,7 @@ def _commits_of(pl: PartitionLog) -> tuple[np.ndarray, ...]:
     process codes (as sorted_codes gives the reads'), invoke index, effect completion
     index, offset and op."""
     o = pl.offsets
-    m = (equals(o["f"], "commit_offsets", "send_offsets") & equals(o["status"], COMMITTED)
+    m = (equals(o["f"], COMMIT_OFFSETS, SEND_OFFSETS) & equals(o["status"], COMMITTED)
          & o["offset"].notna().to_numpy(dtype=bool))
     rows = np.flatnonzero(m)
     proc = sorted_codes(pl.reads["process"], o["process"])[1][rows]

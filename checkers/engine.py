@@ -47,6 +47,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from onceproof.history.access import values_at
+from onceproof.history.format import POLL
 from onceproof.memory import for_checking
 
 from . import anomaly, arrow, forked, txn_status
@@ -200,7 +201,7 @@ def _polls_of(directory, wanted: set[tuple[int, str]], ops: pd.DataFrame,
         found = {(r["value"], r["txn"], r["op"]) for r in reads.to_pylist()}
     elif history is not None:
         txns = {t for _, t in wanted}
-        ops = ops[((ops["f"] == "poll") & ops["txn"].isin(txns)).to_numpy(dtype=bool)
+        ops = ops[((ops["f"] == POLL) & ops["txn"].isin(txns)).to_numpy(dtype=bool)
                   & ops["complete_index"].notna().to_numpy(dtype=bool)]
         done = values_at(history, ops["complete_index"].astype("int64"))
         found = {(r.get("value"), txn, int(op))

@@ -15,7 +15,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from onceproof.history.format import NEMESIS
+from onceproof.history.format import (
+    ASSIGN,
+    COMMIT_OFFSETS,
+    FETCH_OFFSETS,
+    NEMESIS,
+    POLL,
+    SEEK,
+    SEND,
+    SEND_OFFSETS,
+    STREAMS,
+    WATERMARKS,
+)
 from onceproof.history.schema import EVENT
 
 from .arrow import explode
@@ -23,18 +34,18 @@ from .spool import PollSpool
 
 # The lists of `value` kept as tables: name -> (the fs, the event type, the field).
 LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "acked": (("send",), "ok", "records"),
-    "asked": (("send",), "invoke", "records"),
-    "sought": (("seek",), "invoke", "positions"),
-    "resolved": (("seek",), "ok", "positions"),
-    "assigned": (("assign",), "invoke", "partitions"),
-    "kept": (("assign",), "invoke", "kept"),
-    "kept_ok": (("assign",), "ok", "kept"),
-    "started": (("assign",), "ok", "partitions"),
-    "committed": (("commit_offsets", "send_offsets"), "invoke", "offsets"),
+    "acked": ((SEND,), "ok", "records"),
+    "asked": ((SEND,), "invoke", "records"),
+    "sought": ((SEEK,), "invoke", "positions"),
+    "resolved": ((SEEK,), "ok", "positions"),
+    "assigned": ((ASSIGN,), "invoke", "partitions"),
+    "kept": ((ASSIGN,), "invoke", "kept"),
+    "kept_ok": ((ASSIGN,), "ok", "kept"),
+    "started": ((ASSIGN,), "ok", "partitions"),
+    "committed": ((COMMIT_OFFSETS, SEND_OFFSETS), "invoke", "offsets"),
     # A final streams op fetched an application's committed offsets (checkers/streams.py).
-    "fetched": (("fetch_offsets", "streams"), "ok", "offsets"),
-    "watermarks": (("watermarks",), "ok", "partitions"),
+    "fetched": ((FETCH_OFFSETS, STREAMS), "ok", "offsets"),
+    "watermarks": ((WATERMARKS,), "ok", "partitions"),
 }
 _VALUE = EVENT.field("value").type
 _SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms", "txn_timeout_ms", "input", "output",
@@ -80,7 +91,7 @@ class Extract:
             named[[f_names[n] for n in fs if n in f_names]] = True
             return named[f] & (t == t_names.get(type_, -2))
 
-        polls = where(("poll",), "ok")
+        polls = where((POLL,), "ok")
         if polls.any():
             self.polls.add(explode(events, polls, "records"))
         first = events.column("index")[0].as_py() if len(batch) else 0

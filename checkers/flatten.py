@@ -29,7 +29,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from onceproof.history.access import nemesis_values
-from onceproof.history.format import NEMESIS, HistoryError
+from onceproof.history.format import (
+    ASSIGN,
+    FETCH_OFFSETS,
+    NEMESIS,
+    POLL,
+    SEEK,
+    SEND_OFFSETS,
+    STREAMS,
+    HistoryError,
+)
 from onceproof.history.read import events_table
 from onceproof.memory import give_back, keep_freed, map_large
 
@@ -97,7 +106,7 @@ def _ops(events: pa.Table) -> pa.Table:
     # A poll reports the isolation it used on completion if not on invoke. Kafka's
     # default isolation is read_uncommitted.
     iso = pc.coalesce(inv.column("isolation"), d["isolation"])
-    polls = pc.equal(inv.column("f"), "poll")
+    polls = pc.equal(inv.column("f"), POLL)
     iso = pc.if_else(pc.and_(polls, pc.is_null(iso)), READ_UNCOMMITTED, iso)
     cols = {
         "op": inv.column("op"), "process": inv.column("process"), "f": inv.column("f"),
@@ -266,8 +275,8 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
                              sought[["process", "topic", "partition"]]]).drop_duplicates()
     f, type_ = ops_t.column("f"), ops_t.column("type")
     is_cause = pc.and_(
-        pc.or_(pc.and_(pc.equal(f, "assign"), pc.not_equal(type_, "fail")),
-               pc.and_(pc.equal(type_, "info"), pc.not_equal(f, "seek"))),
+        pc.or_(pc.and_(pc.equal(f, ASSIGN), pc.not_equal(type_, "fail")),
+               pc.and_(pc.equal(type_, "info"), pc.not_equal(f, SEEK))),
         pc.not_equal(ops_t.column("process"), NEMESIS))
     causes = ops_t.filter(is_cause).select(
         ["op", "process", "f", "invoke_index", "complete_index"]).to_pandas(types_mapper=nullable)
@@ -279,7 +288,7 @@ def _positions(path, lists: Extract, polls: PollSpool, ops_t, ops_index) -> pd.D
                               on=["op", "topic", "partition"], how="left")
         resets = resets[resets["_known"].isna().to_numpy(dtype=bool)]
     resets = resets.assign(kind="reset",
-                           cause=np.where(resets["f"] == "assign", "assign", "info"))
+                           cause=np.where(resets["f"] == ASSIGN, "assign", "info"))
     resets["offset"] = null_ints(len(resets))
     cols = list(SCHEMAS["positions"].names)
     out = pd.concat([x[cols] for x in (seeks, started, lost, resets) if len(x)]
@@ -325,9 +334,9 @@ def _offsets(cols: dict, txns_t, txns_index) -> pa.Table:
     # In Arrow, not numpy: as numpy, each of these string columns would be millions of
     # Python strings (docs/performance.md, "Figures behind the code").
     ok, fail = equal_to(cols["type"], "ok"), equal_to(cols["type"], "fail")
-    sends = equal_to(cols["f"], "send_offsets")
+    sends = equal_to(cols["f"], SEND_OFFSETS)
     cols["outcome"] = pc.case_when(
-        pc.make_struct(pc.or_(equal_to(cols["f"], "fetch_offsets"), equal_to(cols["f"], "streams")),
+        pc.make_struct(pc.or_(equal_to(cols["f"], FETCH_OFFSETS), equal_to(cols["f"], STREAMS)),
                        pc.and_(sends, pc.or_(fail, equal_to(tx["outcome"], ABORTED))),
                        pc.and_(sends, pc.and_(ok, equal_to(tx["outcome"], COMMITTED))),
                        sends, ok, fail),

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import COMMIT_OFFSETS, FETCH_OFFSETS, SEND_OFFSETS
+
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, equals, name_ranks
@@ -32,7 +34,7 @@ def _superseded(o: pd.DataFrame) -> np.ndarray:
     """The send_offsets of a transaction that a later ok one of the same transaction
     replaced for the group (the coordinator keeps a transaction's last offset per
     partition): the commit takes effect with the later one's offset alone."""
-    sends = equals(o["f"], "send_offsets") & o["txn"].notna().to_numpy(dtype=bool)
+    sends = equals(o["f"], SEND_OFFSETS) & o["txn"].notna().to_numpy(dtype=bool)
     out = np.zeros(len(o), dtype=bool)
     if sends.sum() < 2:
         return out
@@ -76,9 +78,9 @@ class _Steps:
         self.unknown = equals(status, UNKNOWN)
         self.proc = o["process"].to_numpy(dtype=object)
         self.pcode = name_ranks(o["process"], np.arange(len(o)))
-        self.commit = (equals(o["f"], "commit_offsets", "send_offsets") & ~off_na & ~inv_na
+        self.commit = (equals(o["f"], COMMIT_OFFSETS, SEND_OFFSETS) & ~off_na & ~inv_na
                        & (~self.committed | ~cmp_na) & ~_superseded(o))
-        self.fetch = equals(o["f"], "fetch_offsets") & ~complete_na
+        self.fetch = equals(o["f"], FETCH_OFFSETS) & ~complete_na
 
 
 class _Seeks:

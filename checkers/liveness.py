@@ -27,6 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from onceproof.history.format import FETCH_OFFSETS, STREAMS
+
 from . import coverage, engine
 from .anomaly import LIVENESS, num, of_family, witnesses
 from .partlog import PartitionLog
@@ -42,7 +44,7 @@ LATE_MS = 5_000
 OPS_COLUMNS = ["op", "process", "f", "type", "txn", "invoke_time", "complete_time",
                "timeout_ms", "error", "final", "group"]
 # The final fetches of groups' offsets: of consumer groups, and of streams applications'.
-_FETCHES = pa.array(["fetch_offsets", "streams"])
+_FETCHES = pa.array([FETCH_OFFSETS, STREAMS])
 # The columns that say which ops are judged, read first: the rest only when some are.
 _JUDGED_BY = ["timeout_ms", "final", "f"]
 

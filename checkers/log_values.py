@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import STREAMS
+
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, each_row, equals, first_of_each
@@ -144,7 +146,7 @@ def finish(facts: pd.DataFrame, read) -> pd.DataFrame:
     if facts.empty:
         return engine.anomalies([])
     ops = read(list(OPS_COLUMNS))
-    outputs = set(ops.loc[(ops["f"] == "streams").to_numpy(dtype=bool), "output"].dropna())
+    outputs = set(ops.loc[(ops["f"] == STREAMS).to_numpy(dtype=bool), "output"].dropna())
     kept = facts[~facts["topic"].isin(outputs).to_numpy(dtype=bool)]
     return kept.drop(columns="row").assign(row=engine.ANOMALY)
 

@@ -6,6 +6,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import BEGIN_TXN
+
 from . import coverage, engine
 from .anomaly import COLUMNS, VIOLATION, num, of_family, plain_witnesses, witnesses
 from .partlog import PartitionLog, each_row, equals
@@ -177,7 +179,7 @@ def _deadlines(ops: pd.DataFrame, txns: set[str]) -> dict[str, int]:
         for t in (inv, done):
             if pd.notna(t):
                 last[txn] = max(last.get(txn, int(t)), int(t))
-        if f == "begin_txn" and pd.notna(ms):
+        if f == BEGIN_TXN and pd.notna(ms):
             timeout[txn] = max(timeout.get(txn, 0), int(ms))
     return {txn: t + (timeout.get(txn, DEFAULT_TXN_TIMEOUT_MS) + ABORT_GRACE_S * 1000)
             * 1_000_000 for txn, t in last.items()}

@@ -21,6 +21,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import SEND_OFFSETS
+
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import VIS_RC, PartitionLog, equals, row_at
@@ -58,7 +60,7 @@ def _inputs(pl: PartitionLog) -> list[pd.DataFrame]:
     pipeline's, when no read names the group): offset, value, a3 = its send; the
     send_offsets as process, op, txn, kind = group, a1 = offset."""
     o = pl.offsets
-    sent = o[equals(o["f"], "send_offsets") & equals(o["status"], COMMITTED)
+    sent = o[equals(o["f"], SEND_OFFSETS) & equals(o["status"], COMMITTED)
              & o["offset"].notna().to_numpy(dtype=bool)]
     r = pl.reads
     in_txn = r["txn"].notna().to_numpy(dtype=bool)
@@ -90,7 +92,7 @@ def _txn_groups(pl: PartitionLog) -> pd.DataFrame:
     """One fact per (transaction, group) a send_offsets here names, whatever its
     outcome: txn, kind = group."""
     o = pl.offsets
-    sent = o[equals(o["f"], "send_offsets") & o["txn"].notna().to_numpy(dtype=bool)
+    sent = o[equals(o["f"], SEND_OFFSETS) & o["txn"].notna().to_numpy(dtype=bool)
              & o["group"].notna().to_numpy(dtype=bool)]
     pairs = pd.DataFrame({"txn": sent["txn"].astype(object), "kind": sent["group"].astype(object)})
     return engine.facts(TXN_GROUP, pairs.drop_duplicates())

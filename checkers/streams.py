@@ -40,6 +40,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from onceproof.history.format import STREAMS
+
 from . import engine
 from .anomaly import VIOLATION, num, of_family, witnesses
 from .partlog import PartitionLog, equals
@@ -78,7 +80,7 @@ def _app_offsets(pl: PartitionLog) -> pd.DataFrame:
     if o.empty:
         return o
     # Only the final streams op has offsets: an application's own streams ops do not.
-    return o[equals(o["f"], "streams") & o["offset"].notna().to_numpy(dtype=bool)]
+    return o[equals(o["f"], STREAMS) & o["offset"].notna().to_numpy(dtype=bool)]
 
 
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
@@ -109,7 +111,7 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
 def _apps(read: Callable) -> pd.DataFrame:
     """Each application the streams ops declare, once, with its first op."""
     ops = read(list(OPS_COLUMNS))
-    ops = ops[(ops["f"] == "streams").to_numpy(dtype=bool)]
+    ops = ops[(ops["f"] == STREAMS).to_numpy(dtype=bool)]
     return ops.sort_values("op").drop_duplicates(["group", "input", "output", "topology"])
 
 

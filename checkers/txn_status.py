@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from onceproof.history.format import NEMESIS
+from onceproof.history.format import ABORT_TXN, BEGIN_TXN, COMMIT_TXN, NEMESIS
 
 from .arrow import (
     KeyIndex,
@@ -64,7 +64,7 @@ def outcomes(ops: pd.DataFrame) -> pd.DataFrame:
     t = ops[ops["txn"].notna() & (ops["process"] != NEMESIS)]
     if t.empty:
         return empty_frame("txns")
-    commits = t[t["f"] == "commit_txn"]
+    commits = t[t["f"] == COMMIT_TXN]
     ok = commits[commits["type"] == "ok"].drop_duplicates("txn").set_index("txn")
     maybe = commits[commits["type"] == "info"].drop_duplicates("txn").set_index("txn")
     last_commit = commits.drop_duplicates("txn", keep="last").set_index("txn")
@@ -76,14 +76,14 @@ def outcomes(ops: pd.DataFrame) -> pd.DataFrame:
         "n_ops": g.size(),
         "n_writes": g["n_records"].sum(),
     })
-    begins = t[t["f"] == "begin_txn"].groupby("txn")["tid"].first()
+    begins = t[t["f"] == BEGIN_TXN].groupby("txn")["tid"].first()
     out["tid"] = begins.reindex(out.index)
     out["outcome"] = ABORTED
     out.loc[out.index.isin(maybe.index), "outcome"] = UNKNOWN
     out.loc[out.index.isin(ok.index), "outcome"] = COMMITTED
-    aborts = set(t.loc[t["f"] == "abort_txn", "txn"])
-    ended = np.where(out.index.isin(aborts), "abort_txn",
-                     np.where(out.index.isin(last_commit.index), "commit_txn", "none"))
+    aborts = set(t.loc[t["f"] == ABORT_TXN, "txn"])
+    ended = np.where(out.index.isin(aborts), ABORT_TXN,
+                     np.where(out.index.isin(last_commit.index), COMMIT_TXN, "none"))
     out["ended_by"] = ended
     chosen = ok.reindex(out.index).combine_first(last_commit.reindex(out.index))
     first_commit = commits.groupby("txn")["invoke_index"].min()
@@ -99,9 +99,9 @@ def deciding_ops(ops: pd.DataFrame) -> dict[str, list[int]]:
     (one of them may have committed it); else what ended it aborted, its abort_txns
     and failed commit_txns. In op order; a transaction with none of these is left out.
     ops: at least op, f, type (info for an op that never completed) and txn."""
-    t = ops[ops["f"].isin(["commit_txn", "abort_txn"]).to_numpy(dtype=bool)
+    t = ops[ops["f"].isin([COMMIT_TXN, ABORT_TXN]).to_numpy(dtype=bool)
             & ops["txn"].notna().to_numpy(dtype=bool)]
-    commit = (t["f"] == "commit_txn").to_numpy(dtype=bool)
+    commit = (t["f"] == COMMIT_TXN).to_numpy(dtype=bool)
     kind = t["type"].to_numpy(dtype=object)
     tier = np.where(commit & (kind == "ok"), 0, np.where(commit & (kind != "fail"), 1, 2))
     t = t.assign(tier=tier).sort_values("op", kind="stable")
@@ -126,7 +126,7 @@ def shared_txn(ops: pd.DataFrame) -> str | None:
         mine = ops.iloc[int(np.flatnonzero(txn == txn[r])[0])]
         return (f"txn {names[txn[r]]!r} has ops of {mine['process']} (op {mine['op']}) and "
                 f"of {ops['process'].iloc[r]} (op {ops['op'].iloc[r]})")
-    begins = ops.loc[ops["f"] == "begin_txn", ["txn", "op"]]
+    begins = ops.loc[ops["f"] == BEGIN_TXN, ["txn", "op"]]
     again = begins["txn"].duplicated(keep=False).to_numpy(dtype=bool)
     if again.any():
         twice = begins[again]

@@ -19,7 +19,7 @@ from onceproof.checkers import Verdict, check, known
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import AnyCluster
-from onceproof.history.format import NEMESIS
+from onceproof.history.format import NEMESIS, SEND, STREAMS
 from onceproof.run.clients import producer_settings
 from onceproof.run.execute import run, under_test
 from onceproof.workloads.faults import FAULTS, is_undo
@@ -98,13 +98,13 @@ def exercised(tables: Path) -> Counter[str]:
     seen: Counter[str] = Counter({f: int(n) for f, n in done["f"].value_counts().items()})
     fired = ops[(ops["type"] == "ok") & (ops["process"] == NEMESIS)]
     seen["faults"] = int(sum(1 for f in fired["f"] if f in FAULTS and not is_undo(f)))
-    seen["acknowledged_writes"] = int(done.loc[done["f"] == "send", "n_records"].sum())
+    seen["acknowledged_writes"] = int(done.loc[done["f"] == SEND, "n_records"].sum())
     reads = read_table(tables, "reads", ["final"]).column("final").to_pandas()
     seen["records_read"] = int((~reads.fillna(False).astype(bool)).sum())
     # A Streams application's own commits are not in the history; the final phase's
     # fetch of its group's offsets says how far it got.
     offsets = read_table(tables, "offsets", ["f", "offset"]).to_pandas()
-    seen["streams_committed_inputs"] = int(offsets.loc[offsets["f"] == "streams", "offset"].sum())
+    seen["streams_committed_inputs"] = int(offsets.loc[offsets["f"] == STREAMS, "offset"].sum())
     return +seen
 
 

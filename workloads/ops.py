@@ -19,19 +19,30 @@ from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
+# The role names (a plan client's "role") and the op names a plan gives them (an op's
+# "f"): one definition each, which the plan's validation, the strategies, the run and
+# the report read. The history's op kinds (what a client records) are another
+# vocabulary, onceproof.history.format's (OP_KINDS): a plan op records ops of its
+# kinds (a `begin` records a `begin_txn`); the names the two share are the same
+# strings, which tests/test_plan_types.py holds.
+PRODUCER, TXN_PRODUCER, CONSUMER = "producer", "txn_producer", "consumer"
+PIPELINE, RW_TXN, STREAMS = "pipeline", "rw_txn", "streams"
+SEND, BEGIN, COMMIT, ABORT = "send", "begin", "commit", "abort"
+POLL, SEEK, COMMIT_OFFSETS, FETCH_OFFSETS = "poll", "seek", "commit_offsets", "fetch_offsets"
+PROCESS, OBSERVE = "process", "observe"
 ROLES = {
     # role -> the ops it can run
-    "producer": {"send"},
-    "txn_producer": {"begin", "send", "commit", "abort"},
-    "consumer": {"poll", "seek", "commit_offsets", "fetch_offsets"},
-    "pipeline": {"process"},
-    "rw_txn": {"begin", "send", "poll", "commit", "abort"},
+    PRODUCER: {SEND},
+    TXN_PRODUCER: {BEGIN, SEND, COMMIT, ABORT},
+    CONSUMER: {POLL, SEEK, COMMIT_OFFSETS, FETCH_OFFSETS},
+    PIPELINE: {PROCESS},
+    RW_TXN: {BEGIN, SEND, POLL, COMMIT, ABORT},
     # A Kafka Streams application: it runs by itself; its op looks at it (run/jvm.py).
-    "streams": {"observe"},
+    STREAMS: {OBSERVE},
 }
 # Roles whose client has a transactional id, and roles whose client reads in a group.
-TRANSACTIONAL = frozenset({"txn_producer", "pipeline", "rw_txn"})
-GROUPED = frozenset({"consumer", "pipeline", "rw_txn", "streams"})
+TRANSACTIONAL = frozenset({TXN_PRODUCER, PIPELINE, RW_TXN})
+GROUPED = frozenset({CONSUMER, PIPELINE, RW_TXN, STREAMS})
 SEEK_TO = ("beginning", "committed", "offset")
 # What a mix may set (docs/plans.md).
 MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
@@ -53,9 +64,9 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
                         "0; concurrent plans): time for its group to hand its partitions "
                         "to the other members, and back when it rejoins"}
 COMMIT_TIMEOUT = ("retry", "abort")
-TXN_OPS = ("send", "send", "commit", "abort")
-RW_TXN_OPS = ("send", "poll", "send", "poll", "commit", "commit", "abort")
-CONSUMER_OPS = ("poll", "poll", "poll", "seek", "commit_offsets", "fetch_offsets")
+TXN_OPS = (SEND, SEND, COMMIT, ABORT)
+RW_TXN_OPS = (SEND, POLL, SEND, POLL, COMMIT, COMMIT, ABORT)
+CONSUMER_OPS = (POLL, POLL, POLL, SEEK, COMMIT_OFFSETS, FETCH_OFFSETS)
 # Metadata sizes a commit_offsets op draws (for its partitions in order, cycling).
 METADATA_SIZES = 2
 # A read-write transaction ends after this many micro-ops (Jepsen's is 4).
@@ -101,38 +112,38 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
     """The next op of a client of `role`, given what it has open (state["open"]: the ops
     of its open transaction so far)."""
     records = mix.get("max_records", 3)
-    if role == "producer":
-        return {"f": "send", "n": choose.integer(1, records)}
-    if role in ("txn_producer", "rw_txn"):
+    if role == PRODUCER:
+        return {"f": SEND, "n": choose.integer(1, records)}
+    if role in (TXN_PRODUCER, RW_TXN):
         if "open" not in state:
             state["open"] = 0
-            return {"f": "begin"}
-        if role == "rw_txn" and state["open"] >= RW_TXN_MAX_OPS:
-            choice = choose.pick(("commit", "commit", "abort"))
+            return {"f": BEGIN}
+        if role == RW_TXN and state["open"] >= RW_TXN_MAX_OPS:
+            choice = choose.pick((COMMIT, COMMIT, ABORT))
         else:
-            default = RW_TXN_OPS if role == "rw_txn" else TXN_OPS
+            default = RW_TXN_OPS if role == RW_TXN else TXN_OPS
             choice = choose.pick(mix.get("txn_ops", default))
-        if choice == "send":
+        if choice == SEND:
             state["open"] += 1
-            return {"f": "send", "n": choose.integer(1, records)}
-        if choice == "poll":
+            return {"f": SEND, "n": choose.integer(1, records)}
+        if choice == POLL:
             state["open"] += 1
-            return {"f": "poll", "n": choose.integer(1, 10), "timeout": mix.get("poll_timeout", 0.2)}
+            return {"f": POLL, "n": choose.integer(1, 10), "timeout": mix.get("poll_timeout", 0.2)}
         del state["open"]
         return {"f": choice}
-    if role == "consumer":
+    if role == CONSUMER:
         choice = choose.pick(mix.get("consumer_ops", CONSUMER_OPS))
-        if choice == "seek":
-            return {"f": "seek", "to": choose.pick(SEEK_TO), "back": choose.integer(1, 3)}
-        if choice == "poll" and "poll_timeout" in mix:
-            return {"f": "poll", "timeout": mix["poll_timeout"]}
-        if choice == "commit_offsets" and mix.get("commit_metadata"):
+        if choice == SEEK:
+            return {"f": SEEK, "to": choose.pick(SEEK_TO), "back": choose.integer(1, 3)}
+        if choice == POLL and "poll_timeout" in mix:
+            return {"f": POLL, "timeout": mix["poll_timeout"]}
+        if choice == COMMIT_OFFSETS and mix.get("commit_metadata"):
             # One size for each of the first partitions it commits; the rest cycle.
             return {"f": choice, "metadata": [choose.pick(mix["commit_metadata"])
                                               for _ in range(METADATA_SIZES)]}
         return {"f": choice}
-    if role == "pipeline":
-        op: dict = {"f": "process", "n": choose.integer(1, 5)}
+    if role == PIPELINE:
+        op: dict = {"f": PROCESS, "n": choose.integer(1, 5)}
         if "poll_timeout" in mix:
             op["timeout"] = mix["poll_timeout"]
         if choose.integer(0, 99) < mix.get("abort_percent", 20):
@@ -140,8 +151,8 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
         elif choose.integer(0, 99) < mix.get("crash_percent", 0):
             op["crash"] = True
         return op
-    if role == "streams":
-        return {"f": "observe"}
+    if role == STREAMS:
+        return {"f": OBSERVE}
     return None
 
 
@@ -149,5 +160,5 @@ def closing_op(role: str, state: dict) -> dict | None:
     """The op that ends what a client has open (a commit), or None."""
     if "open" in state:
         del state["open"]
-        return {"f": "commit"}
+        return {"f": COMMIT}
     return None

@@ -15,12 +15,26 @@ in one of two shapes:
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import faults
-from .ops import COMMIT_TIMEOUT, GROUPED, MIX, ROLES, SEEK_TO, TRANSACTIONAL
+from .ops import (
+    COMMIT_TIMEOUT,
+    GROUPED,
+    MIX,
+    PIPELINE,
+    PRODUCER,
+    ROLES,
+    SEEK,
+    SEEK_TO,
+    STREAMS,
+    TRANSACTIONAL,
+)
 from .settings import settings_problem
 
 DEFAULT_PRODUCER = {"enable.idempotence": True, "acks": "all", "retries": 2147483647,
@@ -45,6 +59,284 @@ class PlanError(ValueError):
     """A plan that cannot run; the message says where and what to change."""
 
 
+# The typed plan. `validate` checks a plan's JSON and returns it parsed, once, into these
+# frozen objects, which the run (harness/run/) and the report read by attribute. The
+# JSON stays the plan's format: `to_dict` gives back the dict it was parsed from (the
+# same keys in the same order, keys no field models included), which is what a saved
+# plan, a history's artifacts and a client process (run/host.py, the Java agent) get.
+# Each object keeps the keys it was written with (`keys`), so that a setting left out
+# stays left out: a field is None (or empty) when its key is absent, and the value in
+# force then is the property beside it (ClientSpec.group_name, n_threads...).
+
+
+def _written(keys: tuple[str, ...], values: dict[str, Any], extra: dict[str, Any]) -> dict:
+    """An object's JSON: its keys in the order they were written, each its field's value
+    (or the unmodelled value it was given), copied."""
+    return {k: copy.deepcopy(values[k] if k in values else extra[k]) for k in keys}
+
+
+def _extra(d: dict, modelled: tuple[str, ...]) -> dict[str, Any]:
+    return {k: copy.deepcopy(v) for k, v in d.items() if k not in modelled}
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A topic of the plan (docs/plans.md `topics`)."""
+    name: str
+    partitions: int
+    replicas: int | None = None  # None: 3, or the cluster's nodes if fewer
+    config: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = ("partitions", "replicas", "config")
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> Topic:
+        return cls(name, d.get("partitions"), d.get("replicas"),  # type: ignore[arg-type]
+                   copy.deepcopy(d.get("config", {})), _extra(d, cls.FIELDS), tuple(d))
+
+    def to_dict(self) -> dict:
+        return _written(self.keys, {"partitions": self.partitions, "replicas": self.replicas,
+                                    "config": self.config}, self.extra)
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """A client of the plan (docs/plans.md `clients`): its id and what its spec says."""
+    id: str
+    role: str  # one of workloads/ops.py ROLES
+    topic: str | None = None
+    input: str | None = None
+    output: str | None = None
+    group: str | None = None  # as written; group_name is the one in force
+    partitions: tuple[int, ...] | None = None  # None: every partition it reads
+    client: str | None = None  # the client library as written (library_of says which runs)
+    config: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    threads: int | None = None
+    pipeline: dict[str, Any] = field(default_factory=dict)  # as written; see pipeline_settings
+    streams: dict[str, Any] = field(default_factory=dict)  # as written; see streams_settings
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = ("role", "topic", "input", "output", "group", "partitions", "client", "config",
+              "seed", "threads", "pipeline", "streams")
+
+    @classmethod
+    def from_dict(cls, cid: str, d: dict) -> ClientSpec:
+        return cls(cid, d.get("role"), d.get("topic"), d.get("input"),  # type: ignore[arg-type]
+                   d.get("output"), d.get("group"),
+                   tuple(d["partitions"]) if "partitions" in d else None, d.get("client"),
+                   copy.deepcopy(d.get("config", {})), d.get("seed"), d.get("threads"),
+                   copy.deepcopy(d.get("pipeline", {})), copy.deepcopy(d.get("streams", {})),
+                   _extra(d, cls.FIELDS), tuple(d))
+
+    def to_dict(self) -> dict:
+        values = {k: getattr(self, k) for k in self.FIELDS}
+        if self.partitions is not None:
+            values["partitions"] = list(self.partitions)
+        return _written(self.keys, values, self.extra)
+
+    @property
+    def group_name(self) -> str:
+        """The plan's name of the group it reads in: its `group`, else its id."""
+        return self.group if self.group is not None else self.id
+
+    @property
+    def n_threads(self) -> int:
+        return self.threads if self.threads is not None else 1
+
+    @property
+    def op_seed(self) -> int:
+        """The seed of its op stream (a concurrent plan's)."""
+        return self.seed if self.seed is not None else 0
+
+    @property
+    def pipeline_settings(self) -> dict[str, Any]:
+        return {**DEFAULT_PIPELINE, **self.pipeline}
+
+    @property
+    def streams_settings(self) -> dict[str, Any]:
+        return {**DEFAULT_STREAMS, **self.streams}
+
+    @property
+    def transactional(self) -> bool:
+        return self.role in TRANSACTIONAL
+
+    @property
+    def grouped(self) -> bool:
+        return self.role in GROUPED
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of a round-based plan: a round (`ops`, client id -> its op) or a fault."""
+    ops: dict[str, dict] | None = None
+    fault: dict | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = ("ops", "fault")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Step:
+        return cls(copy.deepcopy(d.get("ops")), copy.deepcopy(d.get("fault")),
+                   _extra(d, cls.FIELDS), tuple(d))
+
+    def to_dict(self) -> dict:
+        return _written(self.keys, {"ops": self.ops, "fault": self.fault}, self.extra)
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """An entry of a concurrent plan's schedule: at `at` seconds, a fault or a crash
+    of a client."""
+    at: float
+    fault: dict | None = None
+    crash: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = ("at", "fault", "crash")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ScheduleEntry:
+        return cls(d.get("at"), copy.deepcopy(d.get("fault")), d.get("crash"),  # type: ignore[arg-type]
+                   _extra(d, cls.FIELDS), tuple(d))
+
+    def to_dict(self) -> dict:
+        return _written(self.keys, {"at": self.at, "fault": self.fault, "crash": self.crash},
+                        self.extra)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A concurrent plan's op mix (docs/plans.md `mix`; workloads/ops.py MIX): each
+    setting None when the plan leaves it to its default, which workloads/ops.py
+    next_op and the run apply."""
+    abort_percent: float | None = None
+    crash_percent: float | None = None
+    txn_ops: tuple[str, ...] | None = None
+    consumer_ops: tuple[str, ...] | None = None
+    max_records: int | None = None
+    poll_timeout: float | None = None
+    commit_metadata: tuple[int, ...] | None = None
+    commit_timeout: str | None = None  # None: "retry"
+    restart_after: float | None = None  # None: 0 s
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = tuple(MIX)
+    LISTS = ("txn_ops", "consumer_ops", "commit_metadata")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Mix:
+        given: dict[str, Any] = {
+            k: tuple(d[k]) if k in cls.LISTS and isinstance(d[k], list) else d[k]
+            for k in cls.FIELDS if k in d}
+        return cls(**given, extra=_extra(d, cls.FIELDS), keys=tuple(d))
+
+    def to_dict(self) -> dict:
+        """The mix as written, which is also what next_op takes."""
+        values = {k: getattr(self, k) for k in self.FIELDS}
+        values.update({k: list(values[k]) for k in self.LISTS if isinstance(values[k], tuple)})
+        return _written(self.keys, values, self.extra)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan, parsed (docs/plans.md). Rounds have `steps`; a concurrent plan has a
+    `duration`, a `schedule` and a `mix`. Settings maps (`producer`, `consumer`,
+    `broker`, a client's `config`) and ops and faults stay the plain dicts they are in
+    the JSON: they are handed on as they are (to a client library, to a client process,
+    to the fault registry)."""
+    topics: dict[str, Topic]
+    clients: dict[str, ClientSpec]
+    steps: tuple[Step, ...] = ()
+    duration: float | None = None
+    rate: float | None = None  # None: as fast as the clients go
+    mix: Mix = field(default_factory=Mix)
+    schedule: tuple[ScheduleEntry, ...] = ()
+    producer: dict[str, Any] = field(default_factory=dict)
+    consumer: dict[str, Any] = field(default_factory=dict)
+    broker: dict[str, Any] = field(default_factory=dict)
+    java_client: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    FIELDS = ("topics", "clients", "steps", "duration", "rate", "mix", "schedule", "producer",
+              "consumer", "broker", "java_client")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Plan:
+        """The plan's objects, as its JSON gives them (no checks: `validate` checks)."""
+        return cls(
+            {name: Topic.from_dict(name, t) for name, t in d.get("topics", {}).items()},
+            {cid: ClientSpec.from_dict(cid, c) for cid, c in d.get("clients", {}).items()},
+            tuple(Step.from_dict(s) for s in d.get("steps", ())), d.get("duration"),
+            d.get("rate"), Mix.from_dict(d.get("mix", {})),
+            tuple(ScheduleEntry.from_dict(e) for e in d.get("schedule", ())),
+            copy.deepcopy(d.get("producer", {})), copy.deepcopy(d.get("consumer", {})),
+            copy.deepcopy(d.get("broker", {})), d.get("java_client"), _extra(d, cls.FIELDS),
+            tuple(d))
+
+    @classmethod
+    def parse(cls, d: dict) -> Plan:
+        """A plan's JSON, checked (PlanError says what is wrong) and parsed."""
+        return validate(d)
+
+    @classmethod
+    def of(cls, plan: dict | Plan) -> Plan:
+        """A plan as objects: itself, or a dict parsed as it is (unchecked)."""
+        return plan if isinstance(plan, Plan) else cls.from_dict(plan)
+
+    def to_dict(self) -> dict:
+        """The plan's JSON, as it was parsed: what `save` writes."""
+        return _written(self.keys, {
+            "topics": {name: t.to_dict() for name, t in self.topics.items()},
+            "clients": {cid: c.to_dict() for cid, c in self.clients.items()},
+            "steps": [s.to_dict() for s in self.steps], "duration": self.duration,
+            "rate": self.rate, "mix": self.mix.to_dict(),
+            "schedule": [e.to_dict() for e in self.schedule], "producer": self.producer,
+            "consumer": self.consumer, "broker": self.broker, "java_client": self.java_client},
+            self.extra)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether it has the concurrent shape (a duration) rather than steps."""
+        return self.duration is not None
+
+    @property
+    def partitions(self) -> dict[str, int]:
+        """Each topic's partition count."""
+        return {name: t.partitions for name, t in self.topics.items()}
+
+    @property
+    def fault_steps(self) -> list[dict]:
+        """Every fault of the plan, of either shape, in order."""
+        if self.concurrent:
+            return [e.fault for e in self.schedule if e.fault is not None]
+        return [s.fault for s in self.steps if s.fault is not None]
+
+    @property
+    def size(self) -> int:
+        """How big a counterexample is, for keeping the smallest. Rounds: ops plus faults.
+        Concurrent: scheduled faults and crashes, plus clients, plus whole seconds of
+        duration (each a unit a shrink can remove)."""
+        if self.concurrent:
+            return len(self.schedule) + len(self.clients) + int(self.duration or 0)
+        return sum(len(s.ops) if s.ops is not None else 1 for s in self.steps)
+
+    def topic_of(self, client: ClientSpec) -> str:
+        """A client's `topic`, else the plan's first topic."""
+        return client.topic or next(iter(self.topics))
+
+    def read_topic(self, client: ClientSpec) -> str:
+        """The topic a client reads: its input, its topic, else the plan's first topic."""
+        return client.input or self.topic_of(client)
+
+
 def load(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -58,25 +350,32 @@ def load(path: str | Path) -> dict:
     return plan.get("plan", plan)
 
 
-def save(plan: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(plan, indent=1))
+def save(plan: dict | Plan, path: str | Path) -> None:
+    """Write a plan's JSON (a Plan as its to_dict)."""
+    Path(path).write_text(json.dumps(plan.to_dict() if isinstance(plan, Plan) else plan, indent=1))
 
 
 def _number(v, low: float = 0.0) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > low
 
 
-def concurrent(plan: dict) -> bool:
-    """Whether a (valid) plan has the concurrent shape."""
-    return "duration" in plan
+def concurrent(plan: dict | Plan) -> bool:
+    """Whether a (valid) plan has the concurrent shape (Plan.concurrent)."""
+    return plan.concurrent if isinstance(plan, Plan) else "duration" in plan
 
 
 def read_topic(plan: dict, client: dict) -> str:
-    """The topic a client reads: its input, its topic, else the plan's first topic."""
+    """The topic a client reads: its input, its topic, else the plan's first topic (of
+    the JSON; Plan.read_topic of the parsed plan)."""
     return client.get("input") or client.get("topic") or next(iter(plan["topics"]))
 
 
-def validate(plan) -> None:
+def validate(plan) -> Plan:
+    """Check a plan's JSON (a PlanError says where and what to change) and return it
+    parsed; a Plan is checked as its JSON."""
+    if isinstance(plan, Plan):
+        plan = plan.to_dict()
+
     def bad(where: str, what: str):
         raise PlanError(f"plan {where}: {what} (see docs/plans.md)")
     if not isinstance(plan, dict):
@@ -109,9 +408,9 @@ def validate(plan) -> None:
         for key in ("topic", "input", "output"):
             if key in client and client[key] not in topics:
                 bad(f"clients.{cid}.{key}", f"names no topic in plan.topics: {client[key]!r}")
-        if client["role"] in ("pipeline", "streams") and not {"input", "output"} <= set(client):
+        if client["role"] in (PIPELINE, STREAMS) and not {"input", "output"} <= set(client):
             bad(f"clients.{cid}", f"a {client['role']} client needs \"input\" and \"output\" topics")
-        if client["role"] == "streams":
+        if client["role"] == STREAMS:
             _validate_streams(cid, client, bad)
         settings = client.get("pipeline", {})
         if (not isinstance(settings, dict) or not set(settings) <= set(DEFAULT_PIPELINE)
@@ -133,7 +432,7 @@ def validate(plan) -> None:
         if "seed" in client and not isinstance(client["seed"], int):
             bad(f"clients.{cid}.seed", "must be an integer")
         if "threads" in client:
-            if client["role"] != "producer" or "duration" not in plan:
+            if client["role"] != PRODUCER or "duration" not in plan:
                 bad(f"clients.{cid}.threads", "only a producer of a concurrent plan runs "
                     "several threads")
             if (not isinstance(client["threads"], int) or isinstance(client["threads"], bool)
@@ -146,6 +445,7 @@ def validate(plan) -> None:
         _validate_concurrent(plan, bad)
     else:
         _validate_steps(plan, bad)
+    return Plan.from_dict(plan)
 
 
 def _validate_streams(cid: str, client: dict, bad) -> None:
@@ -221,7 +521,7 @@ def _validate_steps(plan: dict, bad) -> None:
                 if not isinstance(op, dict) or op.get("f") not in ROLES[role]:
                     bad(f"steps[{i}].ops.{cid}",
                         f"a {role} runs one of {', '.join(sorted(ROLES[role]))}")
-                if op["f"] == "seek" and op.get("to") not in SEEK_TO:
+                if op["f"] == SEEK and op.get("to") not in SEEK_TO:
                     bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(SEEK_TO)}")
                 sizes = op.get("metadata", [])
                 if (not isinstance(sizes, list) or not all(
@@ -302,17 +602,6 @@ def fault_problem(plan: dict, step) -> str | None:
     return None
 
 
-def fault_steps(plan: dict) -> list[dict]:
-    """Every fault step of a plan, of either shape, in order."""
-    if concurrent(plan):
-        return [e["fault"] for e in plan.get("schedule", []) if "fault" in e]
-    return [s["fault"] for s in plan["steps"] if "fault" in s]
-
-
-def size(plan: dict) -> int:
-    """How big a counterexample is, for keeping the smallest. Rounds: ops plus faults.
-    Concurrent: scheduled faults and crashes, plus clients, plus whole seconds of
-    duration (each a unit a shrink can remove)."""
-    if concurrent(plan):
-        return len(plan.get("schedule", [])) + len(plan["clients"]) + int(plan["duration"])
-    return sum(len(s["ops"]) if "ops" in s else 1 for s in plan["steps"])
+def size(plan: dict | Plan) -> int:
+    """How big a counterexample is (Plan.size), for keeping the smallest."""
+    return Plan.of(plan).size

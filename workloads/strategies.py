@@ -13,39 +13,49 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from .faults import SETS, drawn
-from .ops import Drawn, closing_op, next_op
+from .ops import (
+    CONSUMER,
+    PIPELINE,
+    PRODUCER,
+    RW_TXN,
+    STREAMS,
+    TXN_PRODUCER,
+    Drawn,
+    closing_op,
+    next_op,
+)
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
 WORKLOADS: dict[str, dict[str, dict]] = {
     "producers": {
         "topics": {"t": {"partitions": 2}},
-        "clients": {"p0": {"role": "producer"}, "p1": {"role": "producer"},
-                    "c0": {"role": "consumer"}},
+        "clients": {"p0": {"role": PRODUCER}, "p1": {"role": PRODUCER},
+                    "c0": {"role": CONSUMER}},
     },
     "transactions": {
         "topics": {"t": {"partitions": 2}},
-        "clients": {"t0": {"role": "txn_producer"}, "t1": {"role": "txn_producer"},
-                    "c0": {"role": "consumer"}, "w0": {"role": "rw_txn"}},
+        "clients": {"t0": {"role": TXN_PRODUCER}, "t1": {"role": TXN_PRODUCER},
+                    "c0": {"role": CONSUMER}, "w0": {"role": RW_TXN}},
     },
     "pipeline": {
         "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
-        "clients": {"p0": {"role": "producer", "topic": "in"},
-                    "x0": {"role": "pipeline", "input": "in", "output": "out"},
-                    "c0": {"role": "consumer", "topic": "out"}},
+        "clients": {"p0": {"role": PRODUCER, "topic": "in"},
+                    "x0": {"role": PIPELINE, "input": "in", "output": "out"},
+                    "c0": {"role": CONSUMER, "topic": "out"}},
     },
     "rewind": {
         "topics": {"t": {"partitions": 2}},
-        "clients": {"p0": {"role": "producer"}, "c0": {"role": "consumer"},
-                    "c1": {"role": "consumer", "group": "c0"}},
+        "clients": {"p0": {"role": PRODUCER}, "c0": {"role": CONSUMER},
+                    "c1": {"role": CONSUMER, "group": "c0"}},
     },
     # A Kafka Streams application (exactly_once_v2, a fold: docs/plans.md) between a
     # producer and a read_committed consumer; its copies are instances of one application.
     "streams": {
         "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
-        "clients": {"p0": {"role": "producer", "topic": "in"},
-                    "s0": {"role": "streams", "input": "in", "output": "out"},
-                    "c0": {"role": "consumer", "topic": "out"}},
+        "clients": {"p0": {"role": PRODUCER, "topic": "in"},
+                    "s0": {"role": STREAMS, "input": "in", "output": "out"},
+                    "c0": {"role": CONSUMER, "topic": "out"}},
     },
 }
 
@@ -179,11 +189,11 @@ def deal(templates: dict[str, dict], n: int, topics: dict) -> dict[str, dict]:
         dealt[name] = dict(templates[cid])
     for cid, names in copies.items():
         spec = templates[cid]
-        if spec["role"] == "streams":  # the group hands out its tasks
+        if spec["role"] == STREAMS:  # the group hands out its tasks
             for name in names:
                 dealt[name]["group"] = spec.get("group", cid)
             continue
-        if spec["role"] != "pipeline" or len(names) < 2:
+        if spec["role"] != PIPELINE or len(names) < 2:
             continue
         if spec.get("pipeline", {}).get("subscribe"):
             for name in names:

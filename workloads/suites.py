@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .faults import SETS
+from .ops import ABORT, COMMIT, COMMIT_OFFSETS, FETCH_OFFSETS, POLL, SEEK, SEND
 from .strategies import WORKLOADS, concurrent_plans, plans
 
 # A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
@@ -151,7 +152,7 @@ SUITES = {s.name: s for s in [
           "a read_uncommitted consumer returns records of transactions that abort",
           frozenset({"aborted_read"}), "transactions",
           config={"consumer": {"isolation.level": "read_uncommitted"}},
-          options={"all_clients": True, "txn_ops": ["send", "abort", "commit"]}),
+          options={"all_clients": True, "txn_ops": [SEND, ABORT, COMMIT]}),
     Suite("offsets_outside_txn_crash",
           "a pipeline commits input offsets after its transaction, and crashes in between: "
           "the restarted pipeline processes the same input again",
@@ -471,7 +472,7 @@ HISTORICAL = {h.name: h for h in [
                       # partitions, make that likely. (On two partitions, 0 of 3 plans
                       # showed it on 3.8.1; 1 of 3 on 4.4.0.)
                       "topics": {"t": {"partitions": 6}}},
-              options={"txn_ops": ["send", "send", "send", "commit", "abort"],
+              options={"txn_ops": [SEND, SEND, SEND, COMMIT, ABORT],
                        "max_records": 2},
               faults=("hold_endtxn",), interval=6.0, seconds=(30, 60),
               shapes=("concurrent",)),
@@ -500,8 +501,7 @@ HISTORICAL = {h.name: h for h in [
               frozenset({"unreadable_offsets"}), "rewind",
               # Two partitions, a size drawn for each per commit: a commit with one over
               # the limit and one under comes in 4 of 9.
-              options={"consumer_ops": ["poll", "poll", "commit_offsets", "fetch_offsets",
-                                        "seek"],
+              options={"consumer_ops": [POLL, POLL, COMMIT_OFFSETS, FETCH_OFFSETS, SEEK],
                        "commit_metadata": [0, 100, 5000]},
               # Nothing else: the bug needs no fault.
               faults=(), shapes=("rounds",)),

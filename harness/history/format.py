@@ -8,8 +8,17 @@ EVENT_TYPES = ("invoke", "ok", "fail", "info")
 COMPLETIONS = ("ok", "fail", "info")
 # The kinds of a client's op (docs/history.md, "Operation kinds"): an op of another
 # kind would be read as nothing, its records unjudged. The nemesis's are free.
-OP_KINDS = ("send", "poll", "seek", "assign", "commit_offsets", "fetch_offsets",
-            "begin_txn", "send_offsets", "commit_txn", "abort_txn", "watermarks", "streams")
+# Each kind is a name of this module, which the writers (run/) and the checkers use
+# rather than the string. A plan's op names (workloads/ops.py) are another vocabulary;
+# where the two share a name (send, poll, seek, commit_offsets, fetch_offsets, and the
+# streams role) it is the same string, which tests/test_plan_types.py holds, since
+# onceproof.workloads may import nothing of onceproof and this package nothing of it.
+SEND, POLL, SEEK, ASSIGN = "send", "poll", "seek", "assign"
+COMMIT_OFFSETS, FETCH_OFFSETS = "commit_offsets", "fetch_offsets"
+BEGIN_TXN, SEND_OFFSETS, COMMIT_TXN, ABORT_TXN = "begin_txn", "send_offsets", "commit_txn", "abort_txn"
+WATERMARKS, STREAMS = "watermarks", "streams"
+OP_KINDS = (SEND, POLL, SEEK, ASSIGN, COMMIT_OFFSETS, FETCH_OFFSETS,
+            BEGIN_TXN, SEND_OFFSETS, COMMIT_TXN, ABORT_TXN, WATERMARKS, STREAMS)
 NEMESIS = "nemesis"
 # The nemesis's first op: the cluster the run had (Kafka version, nodes, broker settings).
 CLUSTER = "cluster"

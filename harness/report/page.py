@@ -24,11 +24,12 @@ import pandas as pd
 
 from onceproof.checkers import Verdict, anomaly
 from onceproof.checkers.known import match_text
-from onceproof.history.format import CLUSTER, NEMESIS
+from onceproof.history.format import CLUSTER, NEMESIS, SEND
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
 from onceproof.report.text import client_libraries, summary, txn_protocols
+from onceproof.workloads.plan import Plan
 
 FIRST_OPS = 300
 CONTEXT = 2  # neighbours of a linked op shown on each side, per process and overall
@@ -52,7 +53,7 @@ def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
     folder = Path(folder)
     history = load(folder)
     verdict = _read_verdict(folder / "verdict.json")
-    plan = _read_json(folder / "plan.json")
+    plan = _read_plan(folder / "plan.json")
     faults = history.fault_ops[history.fault_ops["f"] != CLUSTER]
     windows = report_faults.windows(faults, history.duration)
     examples = _examples(history, verdict, max_linked)
@@ -86,6 +87,15 @@ def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+
+
+def _read_plan(path: Path) -> Plan | None:
+    """plan.json, parsed as it is (a report shows what ran, checked or not), or None."""
+    raw = _read_json(path)
+    try:
+        return Plan.of(raw) if isinstance(raw, dict) else None
+    except (TypeError, AttributeError, ValueError):
         return None
 
 
@@ -146,7 +156,7 @@ def _kinds(ops: pd.DataFrame) -> list[dict]:
             for f in t.sort_values(by=list(t.columns), ascending=False).index]
 
 
-def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
+def _facts(folder: Path, plan: Plan | None, h: History, verdict) -> list[tuple[str, str]]:
     """What is known about the run, from whichever files the folder holds."""
     size = f" ({_size(h.jsonl.stat().st_size)})" if h.jsonl.is_file() else ""
     facts = [("history", f"{h.n_events:,} events, {len(h.ops):,} ops by "
@@ -182,17 +192,17 @@ def _facts(folder: Path, plan, h: History, verdict) -> list[tuple[str, str]]:
     for key in ("cluster_id", "bootstrap"):
         if state.get(key):
             facts.append((key.replace("_", " "), str(state[key])))
-    if isinstance(plan, dict):
-        topics = plan.get("topics") or {}
-        facts.append(("topics", ", ".join(f"{t} ({s.get('partitions')} partitions)"
-                                          for t, s in topics.items())))
-        for cid, c in (plan.get("clients") or {}).items():
-            where = ", ".join(f"{k} {c[k]}" for k in ("topic", "input", "output") if k in c)
-            config = ", ".join(f"{k}={v}" for k, v in (c.get("config") or {}).items())
-            facts.append((f"client {cid}", " · ".join(x for x in (c.get("role"), where, config) if x)))
-        steps = plan.get("steps") or []
-        n_faults = sum("fault" in s for s in steps)
-        facts.append(("plan", f"{_n(len(steps) - n_faults, 'round')}, {_n(n_faults, 'fault step')}"))
+    if plan is not None:
+        facts.append(("topics", ", ".join(f"{name} ({t.partitions} partitions)"
+                                          for name, t in plan.topics.items())))
+        for cid, c in plan.clients.items():
+            where = ", ".join(f"{k} {v}" for k, v in (("topic", c.topic), ("input", c.input),
+                                                      ("output", c.output)) if v is not None)
+            config = ", ".join(f"{k}={v}" for k, v in (c.config or {}).items())
+            facts.append((f"client {cid}", " · ".join(x for x in (c.role, where, config) if x)))
+        n_faults = sum(s.fault is not None for s in plan.steps)
+        facts.append(("plan", f"{_n(len(plan.steps) - n_faults, 'round')}, "
+                              f"{_n(n_faults, 'fault step')}"))
     if verdict and verdict.get("stats"):
         facts.extend(_stats(verdict["stats"]))
     if (folder / "logs").is_dir():
@@ -284,7 +294,7 @@ def _examples(h: History, verdict, max_linked: int) -> dict[str, list[Example]]:
             value = fields.get("value")
             if value in value_ops:
                 v_ops = value_ops[value]
-                sends = set(ops.loc[ops["op"].isin(v_ops) & (ops["f"] == "send"), "op"])
+                sends = set(ops.loc[ops["op"].isin(v_ops) & (ops["f"] == SEND), "op"])
                 ranked = [o for o in v_ops if o in sends] + [o for o in v_ops if o not in sends]
                 ex.links.append((f"value {value}", ranked[:PER_VALUE]))
             ex.links = [(what, _unique(ids)) for what, ids in ex.links if ids]

@@ -17,8 +17,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from onceproof.history.format import (
+    ABORT_TXN,
+    ASSIGN,
+    BEGIN_TXN,
+    COMMIT_OFFSETS,
+    COMMIT_TXN,
+    FETCH_OFFSETS,
+    POLL,
+    SEEK,
+    SEND,
+    SEND_OFFSETS,
+)
 from onceproof.history.writer import Recorder
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
+from onceproof.workloads.ops import CONSUMER, PIPELINE, PRODUCER, RW_TXN, TXN_PRODUCER
 
 # librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
 # its most severe level, which log_level cannot silence; the history records it anyway.
@@ -236,7 +249,7 @@ def _send(w: Recorder, producer: Producer, process: str, records: list[dict],
     """Produce records as one send op; return its outcome and the errors seen. A
     `shared` producer has other threads' sends in flight: wait for this send's own
     delivery reports, since a flush would wait for theirs too."""
-    op = w.invoke(process, "send", timed({"records": records}, timeout), txn=txn)
+    op = w.invoke(process, SEND, timed({"records": records}, timeout), txn=txn)
     out = [dict(r, offset=None) for r in records]
     errors: list[KafkaError | None] = [None] * len(records)
     delivered = [False] * len(records)
@@ -295,7 +308,7 @@ class PlainProducer(Client):
     sets. With `threads` > 1 its threads share the one producer, each waiting only for
     its own send, so as many sends as threads are in flight at once: one application
     producing from several threads, as a server does for its requests."""
-    role = "producer"
+    role = PRODUCER
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -323,7 +336,7 @@ class TxnProducer(Client):
     After a fatal error (fenced, for instance) the producer is replaced by a new one with
     the same transactional id, as an application restarting would do; its
     init_transactions aborts whatever the old one left open."""
-    role = "txn_producer"
+    role = TXN_PRODUCER
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -360,7 +373,7 @@ class TxnProducer(Client):
         self.count += 1
         txn = f"{self.process}/{self.count}"
         # The timeout after which Kafka aborts it, for the checkers (hanging_txn).
-        h = self.w.invoke(self.process, "begin_txn",
+        h = self.w.invoke(self.process, BEGIN_TXN,
                           {"tid": self.tid, "txn_timeout_ms": self.txn_timeout_ms}, txn=txn)
         try:
             self.producer.begin_transaction()
@@ -398,7 +411,7 @@ class TxnProducer(Client):
             return False
         err = None
         for _ in range(COMMIT_ATTEMPTS):
-            h = self.w.invoke(self.process, "commit_txn", timed({}, OP_TIMEOUT), txn=self.txn)
+            h = self.w.invoke(self.process, COMMIT_TXN, timed({}, OP_TIMEOUT), txn=self.txn)
             try:
                 bounded(self.producer.commit_transaction)
                 self.w.ok(h)
@@ -432,7 +445,7 @@ class TxnProducer(Client):
     def op_abort(self, op):
         if self.txn is None:
             return
-        h = self.w.invoke(self.process, "abort_txn", timed({}, OP_TIMEOUT), txn=self.txn)
+        h = self.w.invoke(self.process, ABORT_TXN, timed({}, OP_TIMEOUT), txn=self.txn)
         try:
             bounded(self.producer.abort_transaction)
             self.w.ok(h)
@@ -458,7 +471,7 @@ class TopicConsumer(Client):
     `assign` op, which splits the poll around it: the records the call hands over are
     the second part's, after the reassignment (they reach the application only when
     the call returns)."""
-    role = "consumer"
+    role = CONSUMER
 
     def __init__(self, *a, topic: str | None = None, final: bool = False,
                  subscribe: bool = False):
@@ -489,7 +502,7 @@ class TopicConsumer(Client):
                                     on_revoke=self._on_revoke, on_lost=self._on_revoke)
             return
         parts = [{"topic": self.topic, "partition": tp.partition} for tp in self.tps]
-        h = self.w.invoke(self.process, "assign", {"partitions": parts}, final=final)
+        h = self.w.invoke(self.process, ASSIGN, {"partitions": parts}, final=final)
         self.consumer.assign(self.tps)
         self.w.ok(h, {"partitions": parts})
         if not final:
@@ -528,11 +541,11 @@ class TopicConsumer(Client):
             self.w.ok(self._poll[0], {"isolation": self.isolation, "records": []})
         parts = [{"topic": self.topic, "partition": p} for p in now]
         value = {"partitions": parts, "kept": kept}
-        h = self.w.invoke(self.process, "assign", value, final=self.final)
+        h = self.w.invoke(self.process, ASSIGN, value, final=self.final)
         self.w.ok(h, value)
         if self._poll is not None:
             _, txn, value = self._poll
-            self._poll = (self.w.invoke(self.process, "poll", value, txn=txn,
+            self._poll = (self.w.invoke(self.process, POLL, value, txn=txn,
                                         final=self.final), txn, value)
 
     def _tp(self, tp: TopicPartition) -> dict:
@@ -549,7 +562,7 @@ class TopicConsumer(Client):
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
         timeout = op.get("timeout", 1.0)
         value = timed({"isolation": self.isolation, "group": self.group}, timeout)
-        self._poll = (self.w.invoke(self.process, "poll", value, txn=txn, final=self.final),
+        self._poll = (self.w.invoke(self.process, POLL, value, txn=txn, final=self.final),
                       txn, value)
         failure: KafkaException | None = None
         try:
@@ -581,7 +594,7 @@ class TopicConsumer(Client):
         if not offsets:
             return True
         positions = [dict(self._tp(tp), offset=tp.offset) for tp in offsets]
-        h = self.w.invoke(self.process, "seek", {"positions": positions}, txn=txn, final=self.final)
+        h = self.w.invoke(self.process, SEEK, {"positions": positions}, txn=txn, final=self.final)
         moved = 0
         try:
             if self.subscribed:
@@ -647,7 +660,7 @@ class TopicConsumer(Client):
                                         metadata="m" * sizes[i % len(sizes)])
                          if sizes[i % len(sizes)] else tp for i, tp in enumerate(positions)]
         offsets = [dict(self._tp(tp), offset=tp.offset) for tp in positions]
-        h = self.w.invoke(self.process, "commit_offsets", {"group": self.group, "offsets": offsets})
+        h = self.w.invoke(self.process, COMMIT_OFFSETS, {"group": self.group, "offsets": offsets})
         try:
             result = self.consumer.commit(offsets=positions, asynchronous=False)
             errs = [tp.error for tp in result or [] if tp.error is not None]
@@ -662,7 +675,7 @@ class TopicConsumer(Client):
 
     def op_fetch_offsets(self, op):
         parts = [self._tp(tp) for tp in self.tps]
-        h = self.w.invoke(self.process, "fetch_offsets",
+        h = self.w.invoke(self.process, FETCH_OFFSETS,
                           timed({"group": self.group, "partitions": parts}, FETCH_TIMEOUT))
         try:
             committed = self.consumer.committed(self.tps, timeout=FETCH_TIMEOUT)
@@ -697,7 +710,7 @@ class Pipeline(TxnProducer):
     transaction holds input from it; the application aborts that transaction, as
     Kafka's guidance for transactional consumers says to, rather than commit offsets
     for a partition another member now reads."""
-    role = "pipeline"
+    role = PIPELINE
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -773,7 +786,7 @@ class Pipeline(TxnProducer):
     def _send_offsets(self, txn: str, positions: list[TopicPartition]) -> None:
         offsets = [dict(self.reader._tp(tp), offset=tp.offset) for tp in positions]
         value = {"group": self.reader.group, "offsets": offsets}
-        h = self.w.invoke(self.process, "send_offsets", timed(value, OP_TIMEOUT), txn=txn)
+        h = self.w.invoke(self.process, SEND_OFFSETS, timed(value, OP_TIMEOUT), txn=txn)
         try:
             bounded(self.producer.send_offsets_to_transaction, positions,
                     self.reader.consumer.consumer_group_metadata())
@@ -806,7 +819,7 @@ class ReadWriteTxn(TxnProducer):
     Like any exactly-once application it rewinds after a transaction that did not
     commit, to where that transaction began reading, so what it read there counts for
     nothing (the consumption checkers retract such reads)."""
-    role = "rw_txn"
+    role = RW_TXN
 
     def __init__(self, *a):
         super().__init__(*a)

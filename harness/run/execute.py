@@ -31,7 +31,7 @@ from confluent_kafka.admin import NewTopic, OffsetSpec
 
 from onceproof.cluster.external import AnyCluster, CommandFailed
 from onceproof.errors import SetupError
-from onceproof.history.format import CLUSTER
+from onceproof.history.format import CLUSTER, FETCH_OFFSETS, STREAMS, WATERMARKS
 from onceproof.history.writer import HistoryWriter
 from onceproof.run import backends, load, rounds
 from onceproof.run.clients import FETCH_TIMEOUT, QUIET, TXN_TIMEOUT_MS, RunContext, TopicConsumer
@@ -39,13 +39,10 @@ from onceproof.run.fleet import Fleet
 from onceproof.run.outcomes import describe, error_of
 from onceproof.run.toxic_events import ToxicEvents
 from onceproof.workloads import faults
-from onceproof.workloads.ops import GROUPED
+from onceproof.workloads.ops import STREAMS as STREAMS_ROLE
 from onceproof.workloads.plan import (
-    DEFAULT_STREAMS,
+    Plan,
     PlanError,
-    concurrent,
-    fault_steps,
-    read_topic,
     validate,
 )
 from onceproof.workloads.settings import setting_text
@@ -60,24 +57,24 @@ FINAL_OFFSETS_TIMEOUT = 60.0
 Progress = Callable[[float, float, str], None]  # (done, total, what is happening)
 
 
-def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progress | None = None,
-        writer: HistoryWriter | None = None) -> dict:
+def run(plan: dict | Plan, cluster: AnyCluster, out_dir: str | Path,
+        on_progress: Progress | None = None, writer: HistoryWriter | None = None) -> dict:
     """Execute plan on cluster, writing out_dir/history.jsonl (or to `writer`, for a
     benchmark's null recorder). Returns a summary: ops started, processes replaced."""
-    validate(plan)
+    plan = validate(plan)
+    raw = plan.to_dict()  # its JSON, for what takes the plan as data
     _fits(plan, cluster)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    prepared = backends.prepare(plan, cluster)
+    prepared = backends.prepare(raw, cluster)
     run_id = uuid.uuid4().hex[:8]
-    partitions = {name: spec["partitions"] for name, spec in plan["topics"].items()}
     with writer or HistoryWriter(out / "history.jsonl") as writer:
-        ctx = RunContext(writer, cluster.connection(), run_id, partitions, plan["clients"],
+        ctx = RunContext(writer, cluster.connection(), run_id, plan.partitions, raw["clients"],
                          prepared=prepared, logs=str(out / "client-logs"))
         cluster.on_event = lambda f, value: writer.fault(f, value, type="info",
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
-        cluster.configure({k: setting_text(v) for k, v in plan.get("broker", {}).items()})
+        cluster.configure({k: setting_text(v) for k, v in plan.broker.items()})
         writer.fault(CLUSTER, {**under_test(cluster), "clients": backends.recorded(prepared)})
         summary: dict = {}
         try:
@@ -93,12 +90,12 @@ def run(plan: dict, cluster: AnyCluster, out_dir: str | Path, on_progress: Progr
                 cluster.heal_all()
             cluster.clean_up(ctx.prefix)
     return {"history": str(out / "history.jsonl"), "run_id": run_id, "prefix": ctx.prefix,
-            "faults": len(fault_steps(plan)), "clients": backends.recorded(prepared),
+            "faults": len(plan.fault_steps), "clients": backends.recorded(prepared),
             "txn_protocols": {(f"v{v}" if v else "unknown"): n
                               for v, n in sorted(ctx.txn_protocols.items())}, **summary}
 
 
-def _workload(cluster: AnyCluster, ctx: RunContext, plan: dict, on_progress: Progress | None,
+def _workload(cluster: AnyCluster, ctx: RunContext, plan: Plan, on_progress: Progress | None,
               summary: dict) -> None:
     """Phases 1 to 3; `summary` gets the driver's (ops started, processes replaced)."""
     _create_topics(cluster, ctx, plan)
@@ -106,13 +103,13 @@ def _workload(cluster: AnyCluster, ctx: RunContext, plan: dict, on_progress: Pro
         fleet = Fleet(plan, ctx)
     except KafkaException as exc:
         raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
-    driver = load if concurrent(plan) else rounds
+    driver = load if plan.concurrent else rounds
     try:
         summary.update(driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
                                     on_progress))
         if on_progress:
             on_progress(1, 1, "settling, final reads")
-        fleet.close(plan["clients"])
+        fleet.close(plan.clients)
     finally:
         fleet.end()
     _settle(cluster, ctx, plan)
@@ -127,12 +124,12 @@ def under_test(cluster: AnyCluster) -> dict:
     return {**cluster.described(), **({"not_injected": missing} if missing else {})}
 
 
-def _fits(plan: dict, cluster: AnyCluster) -> None:
-    for name, spec in plan["topics"].items():
-        if spec.get("replicas", 1) > cluster.n:
-            raise PlanError(f"plan topics.{name}.replicas is {spec['replicas']}, but the "
+def _fits(plan: Plan, cluster: AnyCluster) -> None:
+    for name, topic in plan.topics.items():
+        if topic.replicas is not None and topic.replicas > cluster.n:
+            raise PlanError(f"plan topics.{name}.replicas is {topic.replicas}, but the "
                             f"cluster has {cluster.n} nodes; use at most {cluster.n}")
-    for i, step in enumerate(fault_steps(plan)):
+    for i, step in enumerate(plan.fault_steps):
         if (why := faults.cannot(step["f"], cluster)):
             raise PlanError(f"plan fault {i + 1} ({step['f']}) cannot run on this cluster: {why}")
         missing = faults.node_ids(step) - set(cluster.nodes)
@@ -143,11 +140,13 @@ def _fits(plan: dict, cluster: AnyCluster) -> None:
                             f"({', '.join(faults.TARGETS)})")
 
 
-def _create_topics(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
+def _create_topics(cluster: AnyCluster, ctx: RunContext, plan: dict | Plan) -> None:
     admin = cluster.admin()
-    new = [NewTopic(ctx.topic(name), spec["partitions"], spec.get("replicas", min(3, cluster.n)),
-                    config={k: setting_text(v) for k, v in spec.get("config", {}).items()})
-           for name, spec in plan["topics"].items()]
+    topics = Plan.of(plan).topics
+    new = [NewTopic(ctx.topic(name), t.partitions,
+                    t.replicas if t.replicas is not None else min(3, cluster.n),
+                    config={k: setting_text(v) for k, v in t.config.items()})
+           for name, t in topics.items()]
     for topic, fut in admin.create_topics(new).items():
         try:
             fut.result(30)
@@ -206,7 +205,7 @@ def _all_tps(ctx: RunContext) -> list[TopicPartition]:
     return [TopicPartition(ctx.topic(t), p) for t, n in ctx.partitions.items() for p in range(n)]
 
 
-def _settle(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
+def _settle(cluster: AnyCluster, ctx: RunContext, plan: Plan) -> None:
     apply_fault(cluster, ctx, {"f": "heal", "all": True})
     # Past the longest transaction timeout: a transaction still open then is hanging
     # (checkers/loss.py judges it so only when its timeout and 30 s have passed).
@@ -239,15 +238,16 @@ def _watermarks(consumer, tp: TopicPartition, deadline: float) -> tuple[int, int
             time.sleep(1)
 
 
-def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
+def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: Plan) -> None:
     """Read every partition of every topic from the beginning up to its high watermark,
     then record the watermarks as the brokers report them: lso < high after settling
     means a transaction is still open. Each partition's row names where the reads
     stopped (`offset`), so a checker knows they went over what they did not return."""
     lows, reached = {}, {}
+    raw = plan.to_dict()  # a client takes the plan as data, as in its own process
     for topic in ctx.partitions:
         reader = TopicConsumer("final", {"config": {"isolation.level": "read_committed"}},
-                               plan, ctx, topic=topic, final=True)
+                               raw, ctx, topic=topic, final=True)
         try:
             reader.seek_to(reader.resolve("beginning") or [])
             asked = time.monotonic() + FINAL_READ_TIMEOUT
@@ -265,7 +265,7 @@ def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
         finally:
             reader.close()
     tps = _all_tps(ctx)
-    h = ctx.writer.invoke("final", "watermarks", {}, final=True)
+    h = ctx.writer.invoke("final", WATERMARKS, {}, final=True)
     try:
         high = _offsets(cluster, tps, IsolationLevel.READ_UNCOMMITTED)
         lso = _offsets(cluster, tps, IsolationLevel.READ_COMMITTED)
@@ -283,33 +283,33 @@ def _final_reads(cluster: AnyCluster, ctx: RunContext, plan: dict) -> None:
     ctx.writer.ok(h, {"partitions": rows})
 
 
-def _groups(plan: dict) -> dict[str, set[str]]:
+def _groups(plan: Plan) -> dict[str, set[str]]:
     """Each consumer group of the plan and the topics its clients read."""
     groups: dict[str, set[str]] = {}
-    for cid, spec in plan["clients"].items():
-        if spec["role"] in GROUPED:
-            groups.setdefault(spec.get("group", cid), set()).add(read_topic(plan, spec))
+    for spec in plan.clients.values():
+        if spec.grouped:
+            groups.setdefault(spec.group_name, set()).add(plan.read_topic(spec))
     return groups
 
 
-def _application(plan: dict, group: str) -> dict | None:
+def _application(plan: Plan, group: str) -> dict | None:
     """What a streams client of consumer group `group` declares, or None: its input and
     output topics and topology."""
-    for cid, spec in plan["clients"].items():
-        if spec["role"] == "streams" and spec.get("group", cid) == group:
-            app = {**DEFAULT_STREAMS, **spec.get("streams", {})}
-            return {"input": spec["input"], "output": spec["output"], "topology": app["topology"]}
+    for spec in plan.clients.values():
+        if spec.role == STREAMS_ROLE and spec.group_name == group:
+            return {"input": spec.input, "output": spec.output,
+                    "topology": spec.streams_settings["topology"]}
     return None
 
 
-def _longest_txn_timeout(plan: dict) -> float:
+def _longest_txn_timeout(plan: Plan) -> float:
     """Seconds: the longest transaction timeout any client of the plan runs with."""
-    configs = [plan.get("producer", {})] + [c.get("config", {}) for c in plan["clients"].values()]
+    configs = [plan.producer] + [c.config for c in plan.clients.values()]
     return max([TXN_TIMEOUT_MS] + [int(c["transaction.timeout.ms"]) for c in configs
                                    if "transaction.timeout.ms" in c]) / 1000
 
 
-def _final_offsets(ctx: RunContext, plan: dict) -> None:
+def _final_offsets(ctx: RunContext, plan: Plan) -> None:
     """Fetch each group's committed offsets as a read_committed consumer does (asking for
     stable offsets), retrying until the bound, and record it as a final fetch_offsets op."""
     bound = FINAL_OFFSETS_TIMEOUT + _longest_txn_timeout(plan)
@@ -324,7 +324,7 @@ def _final_offsets(ctx: RunContext, plan: dict) -> None:
         # A streams application's commits are not in the history: its offsets are
         # recorded as a streams op (checkers/streams.py), which declares it again.
         app = _application(plan, name)
-        h = ctx.writer.invoke("final", "fetch_offsets" if app is None else "streams",
+        h = ctx.writer.invoke("final", FETCH_OFFSETS if app is None else STREAMS,
                               {"group": group, "partitions": asked,
                                "timeout_ms": int(bound * 1000), **(app or {})}, final=True)
         deadline = time.monotonic() + bound

@@ -20,26 +20,29 @@ from confluent_kafka import KafkaException
 from onceproof.run import backends
 from onceproof.run.clients import RunContext
 from onceproof.run.host import HostedClient, Stuck
+from onceproof.workloads.plan import Plan
 
 # The history's names for why a process was replaced.
 ERROR, HUNG, CRASHED = "client_error", "client_hung", "client_crashed"
 
 
 class Fleet:
-    def __init__(self, plan: dict, ctx: RunContext):
-        self.plan, self.ctx = plan, ctx
+    def __init__(self, plan: dict | Plan, ctx: RunContext):
+        self.plan, self.ctx = Plan.of(plan), ctx
+        # The plan as data, which each client's process is given (run/host.py, run/jvm.py).
+        self.raw = self.plan.to_dict()
         self._lock = threading.Lock()
         # One replacement of a client at a time: a process killed by one replacement
         # fails the ops its other threads wait on, and their stopped() must find the
         # replacement, not replace it again while it starts.
-        self._replacing = {cid: threading.Lock() for cid in plan["clients"]}
-        self._incarnations = dict.fromkeys(plan["clients"], 0)
+        self._replacing = {cid: threading.Lock() for cid in self.plan.clients}
+        self._incarnations = dict.fromkeys(self.plan.clients, 0)
         self.replaced = 0
         # Every host starts at once; each then waits for its client to be made.
         self.current: dict[str, HostedClient] = {}
         try:
-            for cid, spec in plan["clients"].items():
-                self.current[cid] = self._host(cid)(cid, spec, plan, ctx, cid)
+            for cid in self.plan.clients:
+                self.current[cid] = self._host(cid)(cid, self.raw["clients"][cid], self.raw, ctx, cid)
             for client in self.current.values():
                 client.wait_started()
         except BaseException:
@@ -48,10 +51,10 @@ class Fleet:
 
     def _host(self, cid: str) -> type[HostedClient]:
         """What runs a plan client's processes: its client library's host."""
-        return backends.of(self.plan["clients"][cid]).host
+        return backends.of(self.raw["clients"][cid]).host
 
     def _make(self, cid: str, process: str) -> HostedClient:
-        client = self._host(cid)(cid, self.plan["clients"][cid], self.plan, self.ctx, process)
+        client = self._host(cid)(cid, self.raw["clients"][cid], self.raw, self.ctx, process)
         client.wait_started()
         return client
 

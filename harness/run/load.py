@@ -21,6 +21,7 @@ from onceproof.memory import trim
 from onceproof.run.clients import lane_process
 from onceproof.run.fleet import CRASHED, HUNG, Fleet
 from onceproof.workloads.ops import Seeded, closing_op, next_op
+from onceproof.workloads.plan import Plan
 
 # Far above what an op takes when every client call keeps to its bounds (clients.bounded).
 HANG_AFTER = 120.0
@@ -47,24 +48,26 @@ class Worker:
     retired: bool = False  # a hung thread left behind: when it returns, it stops
 
 
-def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
+def drive(plan: Plan, fleet: Fleet, fire: Callable[[dict], None],
           on_progress: Callable[[float, float, str], None] | None = None) -> dict:
     """Run the clients and the schedule for the plan's duration. fire(step) applies a
     fault step as an op of the nemesis. Returns counts: ops started, replacements."""
-    duration = float(plan["duration"])
-    mix = plan.get("mix", {})
-    rate = plan.get("rate")
-    workers = {lane_process(cid, lane): Worker(cid, lane) for cid, spec in plan["clients"].items()
-               for lane in range(spec.get("threads", 1))}
+    assert plan.duration is not None, "a concurrent plan has a duration (plan.validate)"
+    duration = float(plan.duration)
+    mix = plan.mix.to_dict()  # what next_op takes
+    restart_after = plan.mix.restart_after or 0.0
+    rate = plan.rate
+    workers = {lane_process(cid, lane): Worker(cid, lane) for cid, spec in plan.clients.items()
+               for lane in range(spec.n_threads)}
     interval = len(workers) / rate if rate else 0.0  # between one thread's ops
     stop = threading.Event()
     errors: list[BaseException] = []
     start = time.monotonic()
 
     def work(w: Worker, thread_stop: threading.Event) -> None:
-        spec = plan["clients"][w.cid]
+        spec = plan.clients[w.cid]
         # Each thread of a client has its own op stream, a function of the client's seed.
-        choose = Seeded(spec.get("seed", 0) + w.lane * LANE_SEED_STEP)
+        choose = Seeded(spec.op_seed + w.lane * LANE_SEED_STEP)
         state: dict = {}
         next_at = time.monotonic()
         try:
@@ -72,9 +75,9 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
                 if w.crash.is_set():
                     w.crash.clear()
                     fleet.replace(w.cid, CRASHED, "crashed by the plan's schedule",
-                                  after=mix.get("restart_after", 0.0))
+                                  after=restart_after)
                     state = {}  # the new process has nothing open
-                op = next_op(spec["role"], state, choose, mix)
+                op = next_op(spec.role, state, choose, mix)
                 if op is None:
                     break
                 if interval:
@@ -92,7 +95,7 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
                 w.op = None
             # The run is over: end what is open, as an application shutting down would,
             # so that settling need not wait for the transaction timeout.
-            op = closing_op(spec["role"], state)
+            op = closing_op(spec.role, state)
             if op is not None and not w.retired:
                 try:
                     fleet.current[w.cid].run(op)
@@ -110,15 +113,15 @@ def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
 
     def nemesis() -> None:
         try:
-            for entry in sorted(plan.get("schedule", []), key=lambda e: e["at"]):
-                if stop.wait(max(0.0, start + entry["at"] - time.monotonic())):
+            for entry in sorted(plan.schedule, key=lambda e: e.at):
+                if stop.wait(max(0.0, start + entry.at - time.monotonic())):
                     return
-                if "crash" in entry:
+                if entry.crash is not None:
                     # The application dies as one: its first thread replaces it, and the
                     # others go on with the replacement from their next op.
-                    workers[entry["crash"]].crash.set()
-                else:
-                    fire(entry["fault"])
+                    workers[entry.crash].crash.set()
+                elif entry.fault is not None:
+                    fire(entry.fault)
         except BaseException as exc:
             errors.append(exc)
             stop.set()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 
 from onceproof.run.fleet import HUNG, Fleet
+from onceproof.workloads.plan import Plan
 
 # A safety net far above what a round takes when every client call keeps to its bounds
 # (clients.bounded): a client whose op has not returned by then is left behind, so no
@@ -20,19 +21,19 @@ from onceproof.run.fleet import HUNG, Fleet
 ROUND_TIMEOUT = 600.0
 
 
-def drive(plan: dict, fleet: Fleet, fire: Callable[[dict], None],
+def drive(plan: Plan, fleet: Fleet, fire: Callable[[dict], None],
           on_progress: Callable[[float, float, str], None] | None = None) -> dict:
     """Run the plan's steps; fire(step) applies a fault step as an op of the nemesis."""
-    steps = plan["steps"]
+    steps = plan.steps
     for i, step in enumerate(steps):
         if on_progress:
-            on_progress(i, len(steps), f"fault: {step['fault']['f']}" if "fault" in step
-                        else f"{len(step['ops'])} ops")
-        if "ops" in step:
-            _round(fleet, step["ops"])
-        else:
-            fire(step["fault"])
-    return {"ops": sum(len(s.get("ops", ())) for s in steps), "replaced": fleet.replaced}
+            on_progress(i, len(steps), f"fault: {step.fault['f']}" if step.fault is not None
+                        else f"{len(step.ops or ())} ops")
+        if step.ops is not None:
+            _round(fleet, step.ops)
+        elif step.fault is not None:
+            fire(step.fault)
+    return {"ops": sum(len(s.ops or ()) for s in steps), "replaced": fleet.replaced}
 
 
 def _round(fleet: Fleet, ops: dict) -> None:
