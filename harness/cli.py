@@ -690,9 +690,12 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
               help="Where run folders, versions.json and versions.md go.")
 @nodes_option
 @spark_option
-def versions_command(versions, workload, faults, duration, seed, out, nodes, spark_master) -> None:
+@known_issues_option
+def versions_command(versions, workload, faults, duration, seed, out, nodes, spark_master,
+                     known_issues) -> None:
     """The version matrix: the same short correct run under faults on each Kafka release,
-    each on a fresh cluster. Exit 0 when every release started and stayed valid."""
+    each on a fresh cluster. Exit 0 when every release started and stayed valid (with
+    --known-issues report, or failed on known issues only)."""
     from pathlib import Path
 
     from rich.console import Console
@@ -704,7 +707,7 @@ def versions_command(versions, workload, faults, duration, seed, out, nodes, spa
     for v in wanted:
         kafka_version(v)  # a malformed release stops the matrix before anything starts
     opts = JobOptions(workload=workload, faults=faults, seed=seed, nodes=nodes, out=out,
-                      duration=duration, spark_master=spark_master)
+                      duration=duration, spark_master=spark_master, known_issues=known_issues)
     opts.strategy()
     console = Console()
     rows = matrix(tuple(wanted), opts, console)

@@ -232,7 +232,8 @@ def test_the_run_jobs_exit_code_under_both_modes(tmp_path):
     assert job_exit([only, Verdict(valid=True, unknown="nothing")], "report") == 2
 
 
-@pytest.mark.parametrize("command", [["check", "h.jsonl"], ["run"], ["replay", "plan.json"]])
+@pytest.mark.parametrize("command", [["check", "h.jsonl"], ["run"], ["replay", "plan.json"],
+                                     ["versions"]])
 def test_a_mode_it_does_not_know_is_one_line_exit_2(command):
     done = subprocess.run([sys.executable, "-m", "onceproof", *command, "--known-issues", "maybe"],
                           capture_output=True, text=True, timeout=120)
@@ -244,7 +245,7 @@ def test_a_mode_it_does_not_know_is_one_line_exit_2(command):
 def test_the_cli_offers_the_modes_of_the_catalogue():
     from onceproof.cli import KNOWN_ISSUES_MODES
     assert KNOWN_ISSUES_MODES == known.MODES
-    for name in ("run", "replay", "check"):
+    for name in ("run", "replay", "check", "versions"):
         option = next(p for p in main.commands[name].params if p.name == "known_issues")
         assert option.default == known.FAIL
 
