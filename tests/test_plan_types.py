@@ -87,13 +87,16 @@ def test_a_plan_validate_refuses_is_refused_when_parsed():
 
 def test_plan_ops_and_history_op_kinds_share_their_common_names():
     """onceproof.workloads may import nothing of onceproof, and onceproof.history nothing
-    of it: each names its own vocabulary, and where a plan op records a history op of
-    its name (and a streams client a final streams op), the string is the same."""
-    shared = {ops.SEND: history.SEND, ops.POLL: history.POLL, ops.SEEK: history.SEEK,
-              ops.COMMIT_OFFSETS: history.COMMIT_OFFSETS,
-              ops.FETCH_OFFSETS: history.FETCH_OFFSETS, ops.STREAMS: history.STREAMS}
-    assert all(plan_name == kind for plan_name, kind in shared.items())
-    assert set(shared) <= set(history.OP_KINDS)
-    plan_ops = set().union(*ops.ROLES.values())
-    assert plan_ops & set(history.OP_KINDS) == set(shared) - {ops.STREAMS}
+    of it: each names its own vocabulary, and a name in both (a plan op that records a
+    history op of its name, the streams role whose final op is a streams op) is the same
+    constant, of the same value, in each."""
+    plan_names = set(ops.ROLES) | set().union(*ops.ROLES.values())
+    shared = plan_names & set(history.OP_KINDS)
+    assert {"send", "poll", "seek", "commit_offsets", "fetch_offsets", "streams"} <= shared
+
+    def constants(module) -> dict[str, str]:
+        return {name: value for name, value in vars(module).items()
+                if name.isupper() and isinstance(value, str) and value in shared}
+    assert constants(ops) == constants(history)
+    assert set(constants(ops).values()) == shared
     assert len(set(history.OP_KINDS)) == len(history.OP_KINDS)
