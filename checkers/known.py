@@ -29,6 +29,8 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from onceproof.history.format import SEND, SEND_OFFSETS
+
 # --known-issues: fail (every failing anomaly fails the run, known or not) or report
 # (a run whose every failing anomaly matches a known issue passes; it is still shown).
 FAIL, REPORT = "fail", "report"
@@ -100,14 +102,14 @@ class KnownIssue:
 
 
 def _librdkafka_send_offsets_stall(ws: Witnesses, client: Callable[[str], Client]) -> bool:
-    return any(w["role"] == "call" and w["f"] == "send_offsets"
+    return any(w["role"] == "call" and w["f"] == SEND_OFFSETS
                and client(w["process"]).library == LIBRDKAFKA for w in ws)
 
 
 def _librdkafka_idempotent_duplicate(ws: Witnesses, client: Callable[[str], Client]) -> bool:
     writers = [w for w in ws if w["role"] == "writer"]
     return bool(writers) and all(
-        w["f"] == "send" and not w["txn"] and client(w["process"]).library == LIBRDKAFKA
+        w["f"] == SEND and not w["txn"] and client(w["process"]).library == LIBRDKAFKA
         and client(w["process"]).idempotent is True for w in writers)
 
 
@@ -123,7 +125,7 @@ CATALOGUE: tuple[KnownIssue, ...] = (
         state=OPEN,
         # #5456 dates the unchecked timeout to 1.4.0; reproduced here on 2.16.0.
         affects=(Releases(LIBRDKAFKA, first="1.4.0"),),
-        anomaly="late_return", op_kind="send_offsets",
+        anomaly="late_return", op_kind=SEND_OFFSETS,
         signature="a late_return whose call is a send_offsets (send_offsets_to_transaction) "
                   "of a client on librdkafka, on any Kafka release: the call outlived its "
                   "timeout by more than the grace, or never returned. It follows a broken "
@@ -143,7 +145,7 @@ CATALOGUE: tuple[KnownIssue, ...] = (
                "https://github.com/confluentinc/librdkafka/pull/4972"),
         state=OPEN,
         affects=(Releases(LIBRDKAFKA),),
-        anomaly="duplicate", op_kind="send",
+        anomaly="duplicate", op_kind=SEND,
         signature="a duplicate whose every writer is a send outside a transaction by a "
                   "client on librdkafka whose producer is idempotent "
                   "(enable.idempotence=true in the plan), on any Kafka release. The "
