@@ -110,3 +110,21 @@ def test_a_rolling_upgrade_and_v2_finalized_under_transactions(tmp_path):
     assert len(commits) == 5, "a transaction committed before, between each upgrade and after"
     verdict = check(tmp_path / "run" / "history.jsonl")
     assert verdict.valid, verdict.counts
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--kafka-version", "4.4.0", "--upgrade-to", "3.9.2"], "is a downgrade"),
+    (["--kafka-version", "3.9.2", "--finalize", "transaction.version=2"],
+     "finalize transaction.version=2 needs every node on 4.0.0"),
+    (["--finalize", "transaction.version"], "--finalize takes FEATURE=LEVEL"),
+    (["--upgrade-to", "4.4"], "upgrade's to must be a Kafka release"),
+])
+def test_run_refuses_an_upgrade_it_cannot_do_in_one_line_before_starting(args, words, tmp_path):
+    from click.testing import CliRunner
+
+    from onceproof.cli import main
+    result = CliRunner().invoke(main, ["run", "--out", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not any(tmp_path.iterdir())  # nothing started, nothing written

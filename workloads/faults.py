@@ -925,8 +925,11 @@ def not_injected(cluster) -> list[str]:
     """The faults `cluster` cannot inject, and why: `network faults (why)`, then each node
     kind (`kill (why)`), the undos left out."""
     network = cannot("isolate", cluster)
+    # A release change is an operator's step a plan names, never drawn: a plan that
+    # names one on such a cluster is refused before it runs.
     node = [f"{f.name} ({why})" for f in _DEFINITIONS if f.family == "node"
-            and f.window != "undo" and (why := cannot(f.name, cluster))]
+            and f.window != "undo" and f.name not in RELEASE_KINDS
+            and (why := cannot(f.name, cluster))]
     return ([f"network faults ({network})"] if network else []) + node
 
 
