@@ -656,10 +656,21 @@ def install(kafka_version: str | None) -> None:
 @spark_option
 @external_options
 @known_issues_option
+@click.option("--upgrade-to", default=None, metavar="RELEASE",
+              help="Move every node to this Kafka release during each run, one after "
+                   "another, while the clients go on (a rolling upgrade), e.g. "
+                   "--kafka-version 3.9.2 --upgrade-to 4.4.0.")
+@click.option("--finalize", "finalize_pairs", multiple=True, metavar="FEATURE=LEVEL",
+              help="After the upgrade (or alone), finalize a feature at a level, e.g. "
+                   "transaction.version=2 (repeatable; one step each).")
+@click.option("--initial-features", "feature_pairs", multiple=True, metavar="FEATURE=LEVEL",
+              help="Format the cluster with this feature level, e.g. transaction.version=1 "
+                   "on 4.x, to finalize another during the run (repeatable).")
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
                 java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
-                client_pairs, client_config_file, fault_commands, keep, known_issues) -> None:
+                client_pairs, client_config_file, fault_commands, keep, known_issues,
+                upgrade_to, finalize_pairs, feature_pairs) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -672,8 +683,23 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
                               clients_per_node, partitions, interval, broker, external,
-                              client, java_client_version, known_issues))
+                              client, java_client_version, known_issues, upgrade_to,
+                              _feature_levels("--finalize", finalize_pairs),
+                              _feature_levels("--initial-features", feature_pairs)))
     sys.exit(code)
+
+
+def _feature_levels(option: str, pairs: tuple[str, ...]) -> dict:
+    """FEATURE=LEVEL pairs as {feature: level}: a number, or for metadata.version a
+    metadata version's name (4.4-IV2)."""
+    out: dict = {}
+    for pair in pairs:
+        name, eq, level = pair.partition("=")
+        if not eq or not name or not level:
+            raise SetupError(f"{option} takes FEATURE=LEVEL, like transaction.version=2, not {pair!r}")
+        out[name.strip()] = level.strip() if name.strip() == "metadata.version" else (
+            int(level) if level.strip().isdigit() else level.strip())
+    return out
 
 
 @main.command("versions")

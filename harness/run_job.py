@@ -29,6 +29,7 @@ from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
 from onceproof.workloads.plan import libraries, on_client
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
+from onceproof.workloads.upgrades import release_steps, with_release_change
 
 
 @dataclass
@@ -56,6 +57,28 @@ class JobOptions:
     # fail: every violation or stall fails the job; report: a run whose every failing
     # anomaly matches a known issue (checkers/known.py) does not
     known_issues: str = "fail"
+    # An upgrade under load (workloads/upgrades.py): every node moved to this release
+    # during each run, then these features finalized ({name: level}); and the levels
+    # the cluster's storage is formatted with.
+    upgrade_to: str | None = None
+    finalize: dict = field(default_factory=dict)
+    features: dict = field(default_factory=dict)
+
+    def release_change(self) -> list[dict]:
+        """The upgrade's and finalizations' steps, checked against the starting release."""
+        from onceproof.cluster.provision import kafka_version
+        from onceproof.errors import SetupError
+        steps = release_steps(self.nodes, self.upgrade_to, self.finalize)
+        if steps and self.external is not None:
+            raise SetupError("--upgrade-to and --finalize change a cluster the harness starts; "
+                             "with --bootstrap your cluster runs as it is")
+        for step in steps:
+            if (why := faults.problem(step)):
+                raise SetupError(f"--upgrade-to/--finalize: {why}")
+        start = kafka_version(self.kafka_version)
+        if (why := faults.release_problem(steps, start, list(range(1, self.nodes + 1)))):
+            raise SetupError(f"{why.replace('fault ', 'step ')} (the cluster starts on {start})")
+        return steps
 
     def strategy(self):
         """The plans this job draws; every option is checked here, before anything starts."""
@@ -119,8 +142,10 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
             opts.faults = ",".join(k for k in faults.SETS["node"]
                                    if not faults.cannot(k, opts.external)) or "none"
     strategy = opts.strategy()
+    opts.release_change()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
-    todo = [on_client(plan, opts.client, opts.java_client_version)
+    todo = [with_release_change(on_client(plan, opts.client, opts.java_client_version),
+                                opts.nodes, opts.upgrade_to, opts.finalize)
             for plan in draw_plans(strategy, opts.runs, seed)]
     root = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
@@ -133,7 +158,7 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     trials = []
     anomalies: Counter = Counter()
     with (opts.external or Cluster(root / "cluster", opts.nodes, opts.kafka_version,
-                                   overrides=opts.broker)) as cluster, Progress(
+                                   overrides=opts.broker, features=opts.features)) as cluster, Progress(
             TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
             TimeElapsedColumn(), TextColumn("{task.fields[status]}"),
             console=console, transient=False) as progress:

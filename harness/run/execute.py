@@ -29,8 +29,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic, OffsetSpec
 
-from onceproof.cluster.external import AnyCluster, CommandFailed
-from onceproof.errors import SetupError
+from onceproof.cluster.external import AnyCluster
+from onceproof.errors import SetupError, Unsettled
 from onceproof.history.format import CLUSTER, FETCH_OFFSETS, STREAMS, WATERMARKS
 from onceproof.history.writer import HistoryWriter
 from onceproof.run import backends, load, rounds
@@ -138,6 +138,10 @@ def _fits(plan: Plan, cluster: AnyCluster) -> None:
                             f"{', '.join(map(str, sorted(missing)))}, but the cluster has nodes "
                             f"{cluster.nodes}; use one of those or a target "
                             f"({', '.join(faults.TARGETS)})")
+    if (why := faults.release_problem(plan.fault_steps, cluster.version, cluster.nodes)):
+        raise PlanError(f"plan {why} (the cluster starts on {cluster.version})")
+    for version in faults.releases_named(plan.fault_steps):
+        cluster.install_release(version)  # before the run: a fetch takes minutes
 
 
 def _create_topics(cluster: AnyCluster, ctx: RunContext, plan: dict | Plan) -> None:
@@ -170,8 +174,9 @@ def apply_fault(cluster: AnyCluster, ctx: RunContext, step: dict) -> None:
         resolved = faults.apply(faults.Scene(cluster, list(ctx.partitions), ctx), step)
     except faults.NoTarget as exc:
         ctx.writer.fail(h, str(exc), _ran(cluster))
-    except CommandFailed as exc:
-        # The user's command failed: whether the fault happened is unknown.
+    except Unsettled as exc:
+        # The user's command failed, or a node did not come back on its new release:
+        # whether the fault happened, or happened whole, is unknown.
         ctx.writer.info(h, str(exc), _ran(cluster))
     except SetupError as exc:
         ctx.writer.info(h, str(exc), _ran(cluster))
