@@ -27,7 +27,8 @@ def test_the_registry_names_the_libraries_a_plan_may_name():
     for name, backend in BACKENDS.items():
         assert backend.name == name and backend.roles <= set(ROLES), name
     # librdkafka runs the roles run/clients.py implements; the Java client every role.
-    assert BACKENDS["librdkafka"].roles == set(CLIENTS) < set(ROLES)
+    # (tests/support/host_clients.py adds a role of its own to CLIENTS, no plan role.)
+    assert BACKENDS["librdkafka"].roles == set(CLIENTS) & set(ROLES) < set(ROLES)
     assert BACKENDS["java"].roles == set(ROLES)
 
 
