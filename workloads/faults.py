@@ -362,20 +362,30 @@ def _finalize_problem(step: Step) -> str | None:
     return None
 
 
-def _change_release(direction: str) -> Callable[[Scene, Step], Step]:
+def _release_params(than: str, example: str) -> dict[str, Param]:
+    def flag(doc: str) -> Param:
+        return Param(doc, lambda v: isinstance(v, bool))
+    return {"to": Param(f"a Kafka release {than} than the node's, like \"{example}\"",
+                        _is_release, required=True),
+            "node": Param(f"{_REF_DOC} (default: every node, in id order)", _is_ref, nodes=_one),
+            "clean": flag("true: SIGTERM (default); false: SIGKILL"),
+            "wait": flag("true: wait until the node is back in the ISR (default); false: go "
+                         "on at once")}
+
+
+def _change_release(scene: Scene, step: Step) -> Step:
     """Move the node named, or every node in id order (a rolling change), to release
-    `to`; nodes already on it are left as they are."""
-    def act(scene: Scene, step: Step) -> Step:
-        nodes = [resolve(scene, step["node"])] if "node" in step else list(scene.cluster.nodes)
-        moved = []
-        for node in nodes:
-            if scene.cluster.releases()[node] != step["to"]:
-                scene.cluster.change_release(node, step["to"], clean=step.get("clean", True),
-                                             wait=step.get("wait", True))
-                moved.append(node)
-        return {**step, **({"node": nodes[0]} if "node" in step else {}), "moved": moved,
-                "releases": {str(n): v for n, v in scene.cluster.releases().items()}}
-    return act
+    `to`; nodes already on it are left as they are. Which way it may go was checked
+    before the run (release_problem)."""
+    nodes = [resolve(scene, step["node"])] if "node" in step else list(scene.cluster.nodes)
+    moved = []
+    for node in nodes:
+        if scene.cluster.releases()[node] != step["to"]:
+            scene.cluster.change_release(node, step["to"], clean=step.get("clean", True),
+                                         wait=step.get("wait", True))
+            moved.append(node)
+    return {**step, **({"node": nodes[0]} if "node" in step else {}), "moved": moved,
+            "releases": {str(n): v for n, v in scene.cluster.releases().items()}}
 
 
 def _finalize(scene: Scene, step: Step) -> Step:
@@ -666,24 +676,12 @@ _DEFINITIONS = [
     Fault("upgrade", "stop the node (or every node, one after another: a rolling upgrade) "
           "and start it on Kafka release `to` with its data; with `wait`, each is back in "
           "the ISR of its partitions before the next", "node",
-          {"to": Param("a Kafka release newer than the node's, like \"4.4.0\"", _is_release,
-                       required=True),
-           "node": Param(f"{_REF_DOC} (default: every node, in id order)", _is_ref, nodes=_one),
-           "clean": Param("true: SIGTERM (default); false: SIGKILL",
-                          lambda v: isinstance(v, bool)),
-           "wait": Param("true: wait until the node is back in the ISR (default); false: go "
-                         "on at once", lambda v: isinstance(v, bool))},
-          _change_release("upgrade"), "instant", label=_release_label, mixed=False),
+          _release_params("newer", "4.4.0"), _change_release, "instant", label=_release_label,
+          mixed=False),
     Fault("downgrade", "the same as upgrade, to an older release `to`: one that knows the "
           "cluster's finalized feature levels", "node",
-          {"to": Param("a Kafka release older than the node's, like \"3.9.2\"", _is_release,
-                       required=True),
-           "node": Param(f"{_REF_DOC} (default: every node, in id order)", _is_ref, nodes=_one),
-           "clean": Param("true: SIGTERM (default); false: SIGKILL",
-                          lambda v: isinstance(v, bool)),
-           "wait": Param("true: wait until the node is back in the ISR (default); false: go "
-                         "on at once", lambda v: isinstance(v, bool))},
-          _change_release("downgrade"), "instant", label=_release_label, mixed=False),
+          _release_params("older", "3.9.2"), _change_release, "instant", label=_release_label,
+          mixed=False),
     Fault("finalize", "set a feature's finalized level with Kafka's FeatureCommand, up or "
           "down (metadata.version only up), as an operator does after an upgrade", "node",
           {"feature": Param("a feature's name: metadata.version, transaction.version, "

@@ -98,20 +98,26 @@ def ensure_kafka(version: str | None = None) -> KafkaDist:
     if (home / ".complete").exists():
         return KafkaDist(version, libs)
     _need("java", "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jre-headless)")
+    _fetch(home, _pom(version), f"Kafka {version}")
+    return KafkaDist(version, libs)
+
+
+def _fetch(home: Path, pom: str, what: str) -> None:
+    """The jars `pom` depends on, from Maven Central into home/libs, once: home/.complete
+    marks a fetch that finished."""
     mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
     home.mkdir(parents=True, exist_ok=True)
-    (home / "pom.xml").write_text(_pom(version))
-    shutil.rmtree(libs, ignore_errors=True)
+    (home / "pom.xml").write_text(pom)
+    shutil.rmtree(home / "libs", ignore_errors=True)
     proc = subprocess.run(
         [mvn, "-q", "-B", "-U", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
-         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+         f"-DoutputDirectory={home / 'libs'}", "-DincludeScope=runtime"],
         capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        raise SetupError(f"mvn could not fetch Kafka {version} from Maven Central "
+        raise SetupError(f"mvn could not fetch {what} from Maven Central "
                          f"({' | '.join(tail)}); check the version exists and the network")
-    (home / ".complete").write_text(version)
-    return KafkaDist(version, libs)
+    (home / ".complete").write_text(what)
 
 
 @dataclass(frozen=True)
@@ -144,21 +150,11 @@ def ensure_kafka_tools(version: str) -> FeatureTool:
     home = cache_dir() / "kafka" / version / "tools"
     libs = home / "libs"
     if not (home / ".complete").exists():
-        mvn = _need("mvn", "install Maven (Debian: apt-get install maven)")
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "pom.xml").write_text(_pom(version, [("org.apache.kafka", "kafka-tools", version)]))
-        shutil.rmtree(libs, ignore_errors=True)
-        proc = subprocess.run(
-            [mvn, "-q", "-B", "-U", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
-            capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-            raise SetupError(f"mvn could not fetch kafka-tools {version} from Maven Central "
-                             f"({' | '.join(tail)}); check the network")
+        _fetch(home, _pom(version, [("org.apache.kafka", "kafka-tools", version)]),
+               f"kafka-tools {version}")
         if not _has_class(libs, _TOOLS_MAIN):
+            (home / ".complete").unlink()
             raise SetupError(f"kafka-tools {version} has no {_TOOLS_MAIN}")
-        (home / ".complete").write_text(version)
     # The broker's jars first: the tools' copies of shared libraries are the same release.
     return FeatureTool(_TOOLS_MAIN, f"{dist.classpath}:{libs / '*'}")
 
