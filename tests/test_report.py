@@ -338,3 +338,65 @@ def test_the_client_libraries_and_transaction_protocols_are_named(tmp_path):
     facts = _section(write_report(tmp_path).read_text(), "summary")
     assert "java 4.4.0, librdkafka 2.16.0" in facts
     assert "v2 in 1 transactions begun" in facts
+
+
+def test_releases_features_and_each_clients_protocol_are_shown_over_time(tmp_path):
+    # A rolling upgrade of three nodes, transaction.version finalized at 2, a client that
+    # moves from v1 to v2 at its next transaction, one that stays on v1, and a
+    # replacement process that starts on v2: each change is drawn and said in words.
+    from onceproof.history.format import CLUSTER
+    from onceproof.report.changes import build
+    from onceproof.report.history import load as load_history
+    clock = Clock()
+    on = {"1": "3.9.2", "2": "3.9.2", "3": "3.9.2"}
+    with HistoryWriter(tmp_path / "history.jsonl", clock=clock) as w:
+        w.fault(CLUSTER, {"kafka_version": "3.9.2", "nodes": [1, 2, 3], "broker": {}})
+
+        def begin(process: str, at: float, protocol: int) -> None:
+            clock.at(at)
+            op = w.invoke(process, "begin_txn", {"tid": f"tx-{process}"}, txn=f"{process}/{at}")
+            w.ok(op, {"tid": f"tx-{process}", "txn_protocol": protocol})
+
+        for at in (1, 2):
+            begin("t0", at, 1)
+            begin("t1", at, 1)
+        for node in ("1", "2", "3"):
+            clock.at(2 + int(node))
+            on[node] = "4.4.0"
+            w.fault("upgrade", {"f": "upgrade", "node": int(node), "to": "4.4.0",
+                                "moved": [int(node)], "releases": dict(on)})
+        clock.at(6)
+        w.fault("finalize", {"f": "finalize", "feature": "transaction.version", "level": 2,
+                             "features": {"transaction.version": 2, "metadata.version": "4.4-IV2"}})
+        for at in (7, 8):
+            begin("t0", at, 2)
+            begin("t1", at, 1)
+        begin("t1.1", 9, 2)
+    history = load_history(tmp_path)
+    changes = build(history.client_ops, history.fault_ops, history.values, history.duration)
+    by_row = {t.row: [s.text for s in t.segments] for t in changes.tracks}
+    assert by_row == {"n1": ["3.9.2", "4.4.0"], "n2": ["3.9.2", "4.4.0"],
+                      "n3": ["3.9.2", "4.4.0"], "transaction.version": ["as formatted", "2"],
+                      "t0": ["v1", "v2"], "t1": ["v1"], "t1.1": ["v2"]}
+    said = "\n".join(changes.lines)
+    assert "node 3: Kafka 3.9.2 -> 4.4.0" in said
+    assert "transaction.version: as formatted -> 2" in said
+    assert re.search(r"t0: v1 -> v2 at its transaction of op \d+", said)
+    assert "t1: v1 throughout, also after the finalize" in said
+    assert "t1.1: v2 from its first transaction" in said
+    # The times are the history's: t0 moved at its first begin after the finalize.
+    t0 = next(t for t in changes.tracks if t.row == "t0")
+    assert t0.segments[1].start > next(t for t in changes.tracks
+                                        if t.row == "transaction.version").segments[1].start
+    html = write_report(tmp_path).read_text()
+    timeline = _section(html, "timeline")
+    assert "Releases, features and transaction protocols" in timeline
+    assert "t0: v1 -&gt; v2 at its transaction" in timeline
+    uri = re.search(r'alt="each node\S* release[^"]*" src="data:image/png;base64,([^"]+)"',
+                    timeline)
+    assert uri and len(base64.b64decode(uri.group(1))) > 1000
+
+
+def test_a_run_without_release_changes_or_protocols_draws_no_release_figure(run):
+    folder, _ = run
+    assert "Releases, features and transaction protocols" not in write_report(folder).read_text()

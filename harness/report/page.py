@@ -25,6 +25,7 @@ import pandas as pd
 from onceproof.checkers import Verdict, anomaly
 from onceproof.checkers.known import match_text
 from onceproof.history.format import CLUSTER, NEMESIS, SEND
+from onceproof.report import changes as report_changes
 from onceproof.report import faults as report_faults
 from onceproof.report import plots as report_plots
 from onceproof.report.history import History, load
@@ -56,6 +57,8 @@ def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
     plan = _read_plan(folder / "plan.json")
     faults = history.fault_ops[history.fault_ops["f"] != CLUSTER]
     windows = report_faults.windows(faults, history.duration)
+    changes = report_changes.build(history.client_ops, history.fault_ops, history.values,
+                                   history.duration)
     examples = _examples(history, verdict, max_linked)
     linked: dict[int, set[str]] = {}
     for kind, exs in examples.items():
@@ -73,6 +76,8 @@ def write_report(folder, *, first_ops: int = FIRST_OPS, context: int = CONTEXT,
         faults=_kinds(faults), windows=windows,
         max_windows=MAX_WINDOW_ROWS,
         timeline=_timeline(history, windows), latency=_latency(history),
+        changes=changes, tracks=report_plots.tracks(changes.tracks, windows, history.duration)
+        if changes else None,
         dense=len(history.client_ops) > report_plots.DENSE,
         throughput=report_plots.throughput(history.client_ops, windows, history.duration),
         anomalies=_anomaly_rows(verdict, examples), shown_ids=set(shown["op"]),

@@ -237,3 +237,32 @@ def _seconds(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:g} ms"
     return f"{s * 1e6:g} µs"
+
+
+_TRACK_COLORS = ("#9ecae1", "#3182bd", "#fdae6b", "#e6550d", "#a1d99b", "#31a354", "#bcbddc")
+
+
+def tracks(rows, windows: list[Window], span: float) -> str:
+    """What ran where over time (report.changes: each node's release, each finalized
+    feature's level, each client's transaction protocol): a row per track, a bar per
+    segment in a colour per value, labelled with it, and the release and feature
+    changes' fault windows shaded."""
+    height = min(10.0, max(1.8, 0.3 * len(rows) + 1.2))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, height))
+    _shade(ax, [w for w in windows if w.f in ("upgrade", "downgrade", "finalize")], span)
+    colors: dict[str, str] = {}
+    least = _min_width(span)
+    for y, track in enumerate(rows):
+        for seg in track.segments:
+            color = colors.setdefault(seg.text, _TRACK_COLORS[len(colors) % len(_TRACK_COLORS)])
+            ax.hlines(y, seg.start, max(seg.end, seg.start + least), colors=color, lw=9, zorder=2)
+            ax.text(seg.start, y, " " + seg.text, fontsize=8, color="#222222", va="center",
+                    ha="left", clip_on=True, zorder=3)
+    ax.set_yticks(range(len(rows)), [f"{t.row} ({t.kind})" for t in rows])
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.invert_yaxis()
+    ax.set_xlim(0, span * 1.01 if span > 0 else 1)
+    ax.set_xlabel("seconds since the first event")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return data_uri(fig)
