@@ -124,6 +124,20 @@ REGISTRY: tuple[Anomaly, ...] = (
        _w(**_AT, op="the poll", offset="", value="", txn="the poll's transaction", detail=""),
        roles={"reader": "the poll",
               "writer": "the send that wrote the value to another partition, when one did"}),
+    _a("corrupt_value", "log_values", """
+       A poll returned a record whose value is not byte for byte the value its identity
+       makes: a sized value (a plan's mix.value_bytes) is its identity, its size and
+       padding derived from the identity alone (run/values.py), so a reader can verify
+       every byte; this one differs from it (a changed byte, a truncated or extended
+       value, a header that names no identity or size). The record is judged by the
+       identity it names, which may itself be wrong: then it may also be another value's
+       duplicate or be unattributed.""",
+       _w(**_AT, op="the poll", offset="", value="the identity the value names (-1 when it "
+          "names none)", txn="the poll's transaction",
+          detail="where the value first differs from the one its identity makes"),
+       roles={"reader": "the poll",
+              "writer": "the send of the value its identity names, when one wrote it"},
+       implies=("unattributed_read", "duplicate", "inconsistent_offset")),
     # Writes missing from the log (loss)
     _a("lost_write", "loss", """
        An acknowledged write (a send ok outside a transaction, or in a committed one)

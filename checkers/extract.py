@@ -93,7 +93,8 @@ class Extract:
 
         polls = where((POLL,), "ok")
         if polls.any():
-            self.polls.add(explode(events, polls, "records"))
+            # A read's size is not kept: only a write's is (the history's sizes written).
+            self.polls.add(explode(events, polls, "records").drop_columns(["size"]))
         first = events.column("index")[0].as_py() if len(batch) else 0
         masks = {}
         for name, (fs, type_, field) in LISTS.items():

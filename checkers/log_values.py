@@ -1,4 +1,4 @@
-"""What each offset holds: duplicate, inconsistent_offset, unattributed_read.
+"""What each offset holds: duplicate, inconsistent_offset, unattributed_read, corrupt_value.
 
 An observation is a (partition, offset, value) that a read returned or a send's ack
 reported; both say what the log holds at that offset.
@@ -126,6 +126,26 @@ def unattributed(pl: PartitionLog) -> list[dict]:
             for row in each_row(r)]
 
 
+def corrupt(pl: PartitionLog) -> list[dict]:
+    """corrupt_value: a poll returned a value that is not byte for byte the one its
+    identity makes (its reader found where it differs: run/values.py). A writer's
+    value is derived from its identity alone, so the log, a broker or a client
+    changed it."""
+    r = pl.reads
+    if "corrupt" not in r:
+        return []
+    r = r[r["corrupt"].notna().to_numpy(dtype=bool)]
+    return [{"type": "corrupt_value", "severity": VIOLATION, "process": row["process"],
+             "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
+             "txn": row["txn"], "witnesses": witnesses(
+                 (row["op"], "reader"),
+                 *(((row["w_op"], "writer"),) if pd.notna(row["w_op"]) else ())),
+             "detail": f"{row['process']} read value {num(row['value'])} at offset "
+                       f"{num(row['offset'])}, which differs from the value its identity "
+                       f"makes from byte {num(row['corrupt'])} on"}
+            for row in each_row(r)]
+
+
 def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     # Both checks look only at distinct (offset, value) pairs, each at its first
     # observation: found once for both.
@@ -134,7 +154,7 @@ def partition(pl: PartitionLog) -> list[pd.DataFrame]:
     # A value's writer matters to these two: held back until the finisher knows which
     # topics an application writes (below).
     held = duplicates(pl, obs) + unattributed(pl)
-    return [engine.anomalies(inconsistent(pl, obs)),
+    return [engine.anomalies(inconsistent(pl, obs) + corrupt(pl)),
             engine.facts(HELD, engine.anomalies(held).drop(columns="row")) if held else engine.anomalies([])]
 
 

@@ -34,9 +34,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     # One row per record a send tried to write. status: committed (in the log and
     # visible to read_committed readers), aborted (appended, or maybe appended, by a
     # transaction that aborted), failed (the send definitely did not happen), unknown.
+    # size: the value's size in bytes, when the plan asked for one (run/values.py).
     "writes": _schema(
         ("op", I), ("rec", I), ("process", S), ("txn", S), ("type", S), ("topic", S),
-        ("partition", I), ("value", I), ("source", I), ("offset", I),
+        ("partition", I), ("value", I), ("source", I), ("offset", I), ("size", I),
         *_OP_TIMES, ("txn_outcome", S), ("status", S), ("txn_begin_index", I),
         ("txn_commit_invoke_index", I), ("txn_commit_complete_index", I), ("final", B)),
     # One row per record a poll returned, in the order returned (rec), with what is
@@ -45,11 +46,12 @@ SCHEMAS: dict[str, pa.Schema] = {
     # there is no reads file, and `reads` of a converted folder is its steps' reads
     # (checkers/store.py), with the columns the steps keep. Nothing else: the join
     # takes each column for tens of millions of reads (w_type, w_topic and
-    # w_partition decide their visibility, vis).
+    # w_partition decide their visibility, vis). corrupt: where the value read first
+    # differs from the one its identity makes (run/values.py), null when it does not.
     "reads": _schema(
         ("op", I), ("rec", I), ("process", S), ("txn", S), ("txn_outcome", S),
         ("isolation", S), ("group", S), ("final", B), ("topic", S), ("partition", I),
-        ("offset", I), ("value", I), ("invoke_index", I), ("complete_index", I),
+        ("offset", I), ("value", I), ("corrupt", I), ("invoke_index", I), ("complete_index", I),
         ("w_found", B), ("w_op", I), ("w_process", S), ("w_txn", S), ("w_type", S),
         ("w_status", S), ("w_txn_outcome", S), ("w_topic", S), ("w_partition", I),
         ("w_source", I), ("w_invoke_index", I), ("w_complete_index", I),
@@ -99,7 +101,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("complete_index", I), ("t_begin", I), ("t_done", I),
         ("w_found", B), ("w_op", I), ("w_process", S), ("w_txn", S),
         ("w_txn_outcome", S), ("w_inv", I), ("w_cmp", I), ("w_commit_inv", I),
-        ("w_commit_cmp", I), ("high", I), ("lso", I)),
+        ("w_commit_cmp", I), ("high", I), ("lso", I), ("corrupt", I)),
     # Watermarks read by ok `watermarks` ops, one row per partition.
     "watermarks": _schema(
         ("op", I), ("process", S), ("topic", S), ("partition", I), ("low", I),

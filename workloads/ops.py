@@ -62,7 +62,12 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
                          "applications do)",
        "restart_after": "seconds a crashed client's application takes to come back (default "
                         "0; concurrent plans): time for its group to hand its partitions "
-                        "to the other members, and back when it rejoins"}
+                        "to the other members, and back when it rejoins",
+       "value_bytes": "each record value's size in bytes, from 32 to 1 MiB (1048576): a size, "
+                      "or a list of sizes each record draws one of (default: the record's "
+                      "identity alone, a few bytes; rounds plans too)",
+       "value_content": "what fills a sized value after its identity: compressible (the "
+                        "default, as most application data is) or random"}
 COMMIT_TIMEOUT = ("retry", "abort")
 TXN_OPS = (SEND, SEND, COMMIT, ABORT)
 RW_TXN_OPS = (SEND, POLL, SEND, POLL, COMMIT, COMMIT, ABORT)

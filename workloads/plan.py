@@ -30,10 +30,12 @@ from .ops import (
     PIPELINE,
     PRODUCER,
     ROLES,
+    RW_TXN,
     SEEK,
     SEEK_TO,
     STREAMS,
     TRANSACTIONAL,
+    TXN_PRODUCER,
 )
 from .settings import settings_problem
 
@@ -52,6 +54,11 @@ DEFAULT_STREAMS = {"guarantee": "exactly_once_v2", "topology": "fold", "config":
 # The client libraries a plan client may run on (its "client"; librdkafka unless it says).
 LIBRDKAFKA, JAVA = "librdkafka", "java"
 CLIENT_LIBRARIES = (LIBRDKAFKA, JAVA)
+# A record value's size and content (mix.value_bytes, mix.value_content; run/values.py):
+# at least room for the identity and its header, at most 1 MiB.
+COMPRESSIBLE, RANDOM = "compressible", "random"
+VALUE_CONTENTS = (COMPRESSIBLE, RANDOM)
+MIN_VALUE_BYTES, MAX_VALUE_BYTES = 32, 1 << 20
 _RELEASE = re.compile(r"\d+\.\d+\.\d+")
 
 
@@ -224,11 +231,14 @@ class Mix:
     commit_metadata: tuple[int, ...] | None = None
     commit_timeout: str | None = None  # None: "retry"
     restart_after: float | None = None  # None: 0 s
+    # A size, or sizes to draw from (run/values.py); None: the identity alone.
+    value_bytes: int | tuple[int, ...] | None = None
+    value_content: str | None = None  # None: compressible
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     FIELDS = tuple(MIX)
-    LISTS = ("txn_ops", "consumer_ops", "commit_metadata")
+    LISTS = ("txn_ops", "consumer_ops", "commit_metadata", "value_bytes")
 
     @classmethod
     def from_dict(cls, d: dict) -> Mix:
@@ -445,7 +455,99 @@ def validate(plan) -> Plan:
         _validate_concurrent(plan, bad)
     else:
         _validate_steps(plan, bad)
+    _validate_values(plan.get("mix", {}), bad)
     return Plan.from_dict(plan)
+
+
+def value_sizes_problem(sizes) -> str | None:
+    """What is wrong with mix.value_bytes (a size or a list of sizes), or None."""
+    listed = sizes if isinstance(sizes, list) else [sizes]
+    if not listed or not all(isinstance(n, int) and not isinstance(n, bool) for n in listed):
+        return f"must be a size in bytes or a non-empty list of sizes, not {sizes!r}"
+    wrong = next((n for n in listed if not MIN_VALUE_BYTES <= n <= MAX_VALUE_BYTES), None)
+    if wrong is not None:
+        return (f"must be from {MIN_VALUE_BYTES} (room for the record's identity) to "
+                f"{MAX_VALUE_BYTES} (1 MiB) bytes, not {wrong}")
+    return None
+
+
+def _validate_values(mix, bad) -> None:
+    if not isinstance(mix, dict):
+        bad("mix", "must be an object of op-mix settings (docs/plans.md)")
+    if "value_bytes" in mix and (problem := value_sizes_problem(mix["value_bytes"])):
+        bad("mix.value_bytes", problem)
+    if mix.get("value_content", COMPRESSIBLE) not in VALUE_CONTENTS:
+        bad("mix.value_content", f"must be one of {', '.join(VALUE_CONTENTS)}, not "
+                                 f"{mix['value_content']!r}")
+
+
+def largest_value(plan: dict | Plan) -> int | None:
+    """The largest record value a plan's writers make, in bytes (None: the identity
+    alone, a few bytes)."""
+    sizes = Plan.of(plan).mix.value_bytes
+    if sizes is None:
+        return None
+    return max(sizes) if isinstance(sizes, tuple) else sizes
+
+
+# Room a record's value leaves for the rest of its batch: the batch's header (61 bytes),
+# the record's own (its lengths, offset and time deltas) and its key (the client's id).
+RECORD_OVERHEAD = 128
+# Kafka's defaults: the broker's message.max.bytes (a topic's max.message.bytes unless it
+# sets one) and librdkafka's message.max.bytes (the largest request it sends).
+BROKER_MESSAGE_MAX_BYTES = 1048588
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1000000
+_WRITERS = (PRODUCER, TXN_PRODUCER, PIPELINE, RW_TXN)
+
+
+def value_size_problem(plan: dict | Plan, broker: dict | None = None) -> str | None:
+    """Why the plan's largest value cannot be written, in one line with the numbers, or
+    None: a value and its record's overhead (RECORD_OVERHEAD) must fit each written
+    topic's max.message.bytes (its config, else the broker's message.max.bytes: `broker`,
+    the settings the cluster runs with, then the plan's own), and a librdkafka
+    producer's message.max.bytes."""
+    p = Plan.of(plan)
+    largest = largest_value(p)
+    if largest is None:
+        return None
+    need = largest + RECORD_OVERHEAD
+    settings = {**(broker or {}), **p.broker}
+    default = int(settings.get("message.max.bytes", BROKER_MESSAGE_MAX_BYTES))
+    for name, topic in p.topics.items():
+        limit = int(topic.config.get("max.message.bytes", default))
+        if need > limit:
+            return (f"mix.value_bytes {largest} needs {need} bytes a record with its headers, "
+                    f"above topic {name}'s max.message.bytes {limit}: set "
+                    f"topics.{name}.config max.message.bytes (or --broker-config "
+                    f"message.max.bytes) to at least {need}, or ask for smaller values")
+    for cid, spec in p.clients.items():
+        if spec.role not in _WRITERS or library_of(spec.to_dict()) != LIBRDKAFKA:
+            continue
+        given = {**DEFAULT_PRODUCER, **p.producer, **(spec.config or {})}
+        limit = int(given.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES))
+        if need > limit:
+            return (f"mix.value_bytes {largest} needs {need} bytes a record with its headers, "
+                    f"above client {cid}'s librdkafka message.max.bytes {limit}: set the "
+                    f"plan's producer message.max.bytes to at least {need}, or ask for "
+                    f"smaller values")
+    return None
+
+
+def with_values(plan: dict, value_bytes: list[int] | None = None,
+                value_content: str | None = None) -> dict:
+    """The plan with these record value sizes and content (a run's --value-bytes and
+    --value-content) in its mix, in either shape: written into the plan, so that its
+    saved copy replays the same."""
+    if value_bytes is None and value_content is None:
+        return plan
+    mix = dict(plan.get("mix", {}))
+    if value_bytes is not None:
+        mix["value_bytes"] = value_bytes[0] if len(value_bytes) == 1 else list(value_bytes)
+    if value_content is not None:
+        mix["value_content"] = value_content
+    out = {**plan, "mix": mix}
+    validate(out)
+    return out
 
 
 def _validate_streams(cid: str, client: dict, bad) -> None:

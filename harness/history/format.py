@@ -25,7 +25,7 @@ CLUSTER = "cluster"
 REQUIRED = ("index", "op", "process", "type", "f", "time")
 # Where a record, position or partition is: never negative in Kafka. A tool that
 # writes -1 (or librdkafka's -1001) for "not known" writes null instead.
-NON_NEGATIVE = ("partition", "offset", "low", "high", "lso")
+NON_NEGATIVE = ("partition", "offset", "low", "high", "lso", "size", "corrupt")
 # And below 2**53: the checks bound places by floats (NaN where unknown), exact below
 # that; Kafka's offsets stay far below it.
 PLACE_LIMIT = 2 ** 53

@@ -15,8 +15,11 @@ I, S = pa.int64(), pa.string()
 # A record's `key` is not among its fields: no check reads it, and parsing the keys of
 # every poll's records cost a quarter of the fast reader's time (docs/performance.md,
 # "Figures behind the code"). Left in the file, it is skipped unread.
+# `size`: a send's record names its value's size in bytes when the plan asks for one;
+# `corrupt`: a poll's record whose value is not byte for byte the one its identity makes
+# names where it first differs (run/values.py; checkers/log_values.py corrupt_value).
 RECORD = pa.struct([("topic", S), ("partition", I), ("value", I), ("source", I),
-                    ("offset", I)])
+                    ("offset", I), ("size", I), ("corrupt", I)])
 POSITION = pa.struct([("topic", S), ("partition", I), ("offset", I)])
 # A partition as assign and watermarks name it: `offset` is where an assigned consumer
 # starts reading (an assign's ok), low/high/lso its watermarks.

@@ -31,6 +31,7 @@ from onceproof.history.format import (
 )
 from onceproof.history.writer import Recorder
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
+from onceproof.run.values import PLAIN, Shape, decode
 from onceproof.workloads.ops import CONSUMER, PIPELINE, PRODUCER, RW_TXN, TXN_PRODUCER
 
 # librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
@@ -157,6 +158,8 @@ class Client:
         self.process = process or cid
         self.w = ctx.writer
         self.topic = spec.get("topic") or next(iter(plan["topics"]))
+        # The values it writes: their sizes and content (run/values.py).
+        self.shape = Shape.of(plan)
 
     def run(self, op: dict, lane: int = 0) -> None:
         """Run op; `lane` is which of the client's threads runs it (only a producer with
@@ -245,10 +248,11 @@ def timed(value: dict, seconds: float) -> dict:
 
 def _send(w: Recorder, producer: Producer, process: str, records: list[dict],
           ctx: RunContext, txn: str | None = None, timeout: float = OP_TIMEOUT,
-          shared: bool = False) -> tuple[str, list]:
+          shared: bool = False, shape: Shape = PLAIN) -> tuple[str, list]:
     """Produce records as one send op; return its outcome and the errors seen. A
     `shared` producer has other threads' sends in flight: wait for this send's own
-    delivery reports, since a flush would wait for theirs too."""
+    delivery reports, since a flush would wait for theirs too. Each record's value is
+    its identity, padded to its `size` when it has one (run/values.py)."""
     op = w.invoke(process, SEND, timed({"records": records}, timeout), txn=txn)
     out = [dict(r, offset=None) for r in records]
     errors: list[KafkaError | None] = [None] * len(records)
@@ -264,7 +268,7 @@ def _send(w: Recorder, producer: Producer, process: str, records: list[dict],
 
     for i, r in enumerate(records):
         try:
-            producer.produce(ctx.topic(r["topic"]), value=str(r["value"]).encode(),
+            producer.produce(ctx.topic(r["topic"]), value=shape.encode(r["value"], r.get("size")),
                              key=(r["key"] or "").encode(), partition=r["partition"],
                              on_delivery=on_delivery(i))
         except BufferError:
@@ -293,13 +297,19 @@ def _send(w: Recorder, producer: Producer, process: str, records: list[dict],
     return outcome, errors
 
 
-def _records(ctx: RunContext, cid: str, topic: str, op: dict, n_default: int = 1) -> list[dict]:
+def _records(ctx: RunContext, cid: str, topic: str, op: dict, n_default: int = 1,
+             shape: Shape = PLAIN) -> list[dict]:
+    """The records of a send op; each names the size of its value when the plan asks
+    for one (the history records the sizes written)."""
     parts = ctx.partitions[topic]
     records = []
     for _ in range(op.get("n", n_default)):
         v = ctx.value()
         p = op["partition"] % parts if "partition" in op else v % parts
-        records.append({"topic": topic, "partition": p, "key": cid, "value": v})
+        r = {"topic": topic, "partition": p, "key": cid, "value": v}
+        if (size := shape.size(v)) is not None:
+            r["size"] = size
+        records.append(r)
     return records
 
 
@@ -320,7 +330,8 @@ class PlainProducer(Client):
         if producer is None:
             return  # crashed while this thread was between ops: its successor takes over
         _send(self.w, producer, lane_process(self.process, lane),
-              _records(self.ctx, self.cid, self.topic, op), self.ctx, shared=self.shared)
+              _records(self.ctx, self.cid, self.topic, op, shape=self.shape), self.ctx,
+              shared=self.shared, shape=self.shape)
 
     def close(self):
         self.producer.flush(5)
@@ -388,7 +399,8 @@ class TxnProducer(Client):
         if self.txn is None or self.must_abort:
             return
         _, errors = _send(self.w, self.producer, self.process,
-                          _records(self.ctx, self.cid, self.topic, op), self.ctx, txn=self.txn)
+                          _records(self.ctx, self.cid, self.topic, op, shape=self.shape),
+                          self.ctx, txn=self.txn, shape=self.shape)
         for err in errors:
             self._on_error(err)
 
@@ -555,9 +567,14 @@ class TopicConsumer(Client):
         topic, value = m.topic(), m.value()
         # Only error events lack a topic or value, and those are never records.
         assert topic is not None and value is not None
-        return {"topic": self.ctx.plan_topic(topic), "partition": m.partition(),
-                "offset": m.offset(), "key": (m.key() or b"").decode() or None,
-                "value": int(value)}
+        # The identity, and where the value differs from the one it makes, if it does.
+        identity, corrupt = decode(value)
+        record = {"topic": self.ctx.plan_topic(topic), "partition": m.partition(),
+                  "offset": m.offset(), "key": (m.key() or b"").decode() or None,
+                  "value": identity}
+        if corrupt is not None:
+            record["corrupt"] = corrupt
+        return record
 
     def op_poll(self, op, txn: str | None = None) -> list[dict]:
         timeout = op.get("timeout", 1.0)
@@ -748,8 +765,12 @@ class Pipeline(TxnProducer):
         out_parts = self.ctx.partitions[self.output]
         outputs = [{"topic": self.output, "partition": r["partition"] % out_parts, "key": r["key"],
                     "value": self.ctx.value(), "source": r["value"]} for r in inputs]
+        for r in outputs:
+            if (size := self.shape.size(r["value"])) is not None:
+                r["size"] = size
         if outputs:
-            _, errors = _send(self.w, self.producer, self.process, outputs, self.ctx, txn=txn)
+            _, errors = _send(self.w, self.producer, self.process, outputs, self.ctx, txn=txn,
+                              shape=self.shape)
             for err in errors:
                 self._on_error(err)
         positions = self.reader.known_positions()

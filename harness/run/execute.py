@@ -44,6 +44,7 @@ from onceproof.workloads.plan import (
     Plan,
     PlanError,
     validate,
+    value_size_problem,
 )
 from onceproof.workloads.settings import setting_text
 
@@ -125,6 +126,8 @@ def under_test(cluster: AnyCluster) -> dict:
 
 
 def _fits(plan: Plan, cluster: AnyCluster) -> None:
+    if (why := value_size_problem(plan, getattr(cluster, "base", None))):
+        raise PlanError(f"plan {why}")
     for name, topic in plan.topics.items():
         if topic.replicas is not None and topic.replicas > cluster.n:
             raise PlanError(f"plan topics.{name}.replicas is {topic.replicas}, but the "

@@ -31,6 +31,7 @@ from onceproof.run.clients import (
 )
 from onceproof.run.host import HostedClient
 from onceproof.run.protocol import HARNESS, START, message
+from onceproof.run.values import Shape
 from onceproof.workloads.ops import TRANSACTIONAL
 from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, JAVA, PlanError, read_topic
 from onceproof.workloads.settings import setting_text
@@ -172,6 +173,7 @@ class JavaClient(HostedClient):
             start_new_session=True)
         conn = _Lines(self._proc)
         context = {"prefix": ctx.prefix, "partitions": ctx.partitions,
+                   "values": Shape.of(plan).to_dict(),
                    "connection": {k: setting_text(v) for k, v in ctx.connection.items()},
                    "timeouts": {"op": OP_TIMEOUT, "fetch": FETCH_TIMEOUT, "hang_grace": HANG_GRACE,
                                 "start": START_TIMEOUT, "commit_attempts": COMMIT_ATTEMPTS}}

@@ -22,6 +22,8 @@ import java.io.Writer;
 import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -66,6 +68,8 @@ import org.apache.kafka.common.errors.RecordBatchTooLargeException;
 import org.apache.kafka.common.errors.RecordTooLargeException;
 import org.apache.kafka.common.errors.SerializationException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.common.serialization.Serdes;
@@ -164,6 +168,7 @@ public final class OnceproofAgent {
         final Map<String, Integer> partitions;
         final Map<String, String> connection;
         final Wire wire;
+        final Values values;
         private long next, end;
 
         @SuppressWarnings("unchecked")
@@ -171,6 +176,7 @@ public final class OnceproofAgent {
             this.prefix = (String) c.get("prefix");
             this.partitions = (Map<String, Integer>) c.get("partitions");
             this.connection = (Map<String, String>) c.get("connection");
+            this.values = new Values((Map<String, Object>) c.get("values"));
             this.wire = wire;
         }
 
@@ -183,6 +189,134 @@ public final class OnceproofAgent {
                 end = next + VALUE_BLOCK;
             }
             return next++;
+        }
+    }
+
+    // ---- record values (harness/run/values.py, byte for byte) ----------------------------
+
+    /** What a record's value holds: its identity in decimal alone, or with a size asked,
+     * `<identity>:<c|r><size>:` and padding derived from the identity to that size
+     * (run/values.py says why and how; the two make the same bytes). */
+    static final class Values {
+        static final int MIN = 32, MAX = 1 << 20;
+        static final long NO_IDENTITY = -1;
+        final int[] sizes;  // null: the identity alone
+        final char content;  // 'c' compressible, 'r' random
+
+        @SuppressWarnings("unchecked")
+        Values(Map<String, Object> shape) {
+            List<Number> given = shape == null ? null : (List<Number>) shape.get("sizes");
+            if (given == null || given.isEmpty()) {
+                sizes = null;
+            } else {
+                sizes = new int[given.size()];
+                for (int i = 0; i < sizes.length; i++) sizes[i] = given.get(i).intValue();
+            }
+            content = shape != null && "random".equals(shape.get("content")) ? 'r' : 'c';
+        }
+
+        /** The size of the value of `identity` (values.py Shape.size), or null. */
+        Integer size(long identity) {
+            if (sizes == null) return null;
+            if (sizes.length == 1) return sizes[0];
+            long drawn = (identity * 0x9E3779B97F4A7C15L) >>> 32;
+            return sizes[(int) (drawn % sizes.length)];
+        }
+
+        byte[] encode(long identity, Integer size) { return make(identity, size, content); }
+
+        static byte[] make(long identity, Integer size, char content) {
+            if (size == null) return String.valueOf(identity).getBytes(StandardCharsets.US_ASCII);
+            byte[] head = (identity + ":" + content + size + ":").getBytes(StandardCharsets.US_ASCII);
+            byte[] out = new byte[size];
+            System.arraycopy(head, 0, out, 0, head.length);
+            byte[] pad = padding(identity, size - head.length, content);
+            System.arraycopy(pad, 0, out, head.length, pad.length);
+            return out;
+        }
+
+        static byte[] padding(long identity, int n, char content) {
+            byte[] seed = ("onceproof:" + identity).getBytes(StandardCharsets.US_ASCII);
+            byte[] out = new byte[Math.max(0, n)];
+            try {
+                if (content == 'c') {
+                    byte[] digest = MessageDigest.getInstance("SHA-256").digest(seed);
+                    StringBuilder hex = new StringBuilder();
+                    for (byte b : digest) hex.append(String.format("%02x", b & 0xFF));
+                    byte[] unit = (hex + " ").getBytes(StandardCharsets.US_ASCII);
+                    for (int i = 0; i < out.length; i++) out[i] = unit[i % unit.length];
+                    return out;
+                }
+                MessageDigest base = MessageDigest.getInstance("SHA-512");
+                base.update(seed);
+                for (int i = 0, at = 0; at < out.length; i++, at += 64) {
+                    MessageDigest h = (MessageDigest) base.clone();
+                    h.update(new byte[]{(byte) (i >>> 24), (byte) (i >>> 16), (byte) (i >>> 8), (byte) i});
+                    byte[] block = h.digest();
+                    System.arraycopy(block, 0, out, at, Math.min(64, out.length - at));
+                }
+                return out;
+            } catch (NoSuchAlgorithmException | CloneNotSupportedException e) {
+                throw new IllegalStateException(e);
+            }
+        }
+
+        /** {identity, corrupt} of a value read back (values.py decode): corrupt is where
+         * it first differs from the value its identity makes, -1 when it does not. */
+        static long[] decode(byte[] data) {
+            int colon = indexOf(data, (byte) ':', 0);
+            if (colon < 0) {
+                try {
+                    return new long[]{Long.parseLong(new String(data, StandardCharsets.US_ASCII)), -1};
+                } catch (NumberFormatException e) {
+                    return new long[]{NO_IDENTITY, 0};
+                }
+            }
+            long identity;
+            try {
+                identity = Long.parseLong(new String(data, 0, colon, StandardCharsets.US_ASCII));
+            } catch (NumberFormatException e) {
+                return new long[]{NO_IDENTITY, 0};
+            }
+            int second = indexOf(data, (byte) ':', colon + 1);
+            int end = second < 0 ? data.length : second;
+            char content = end > colon + 1 ? (char) data[colon + 1] : '?';
+            int size = -1;
+            try {
+                if (end > colon + 2) size = Integer.parseInt(new String(data, colon + 2, end - colon - 2, StandardCharsets.US_ASCII));
+            } catch (NumberFormatException e) {
+                size = -1;
+            }
+            if ((content != 'c' && content != 'r') || size < MIN || size > MAX) return new long[]{identity, colon + 1};
+            return new long[]{identity, firstDifference(data, make(identity, size, content))};
+        }
+
+        /** The size and content a sized value names ({size, content}), or null. */
+        static int[] shapeOf(byte[] data) {
+            int colon = indexOf(data, (byte) ':', 0);
+            if (colon < 0) return null;
+            int second = indexOf(data, (byte) ':', colon + 1);
+            if (second < colon + 3) return null;
+            try {
+                return new int[]{Integer.parseInt(new String(data, colon + 2, second - colon - 2, StandardCharsets.US_ASCII)),
+                        data[colon + 1]};
+            } catch (NumberFormatException e) {
+                return null;
+            }
+        }
+
+        /** The identity a value names (NO_IDENTITY when none). */
+        static long identity(byte[] data) { return decode(data)[0]; }
+
+        static int indexOf(byte[] data, byte b, int from) {
+            for (int i = from; i < data.length; i++) if (data[i] == b) return i;
+            return -1;
+        }
+
+        static long firstDifference(byte[] got, byte[] want) {
+            int n = Math.min(got.length, want.length);
+            for (int i = 0; i < n; i++) if (got[i] != want[i]) return i;
+            return got.length == want.length ? -1 : n;
         }
     }
 
@@ -325,7 +459,10 @@ public final class OnceproofAgent {
             for (int i = 0; i < integer(op, "n", nDefault); i++) {
                 long v = ctx.value();
                 int p = op.containsKey("partition") ? integer(op, "partition", 0) % parts : (int) (v % parts);
-                out.add(map("topic", topic, "partition", p, "key", cid, "value", v));
+                Map<String, Object> r = map("topic", topic, "partition", p, "key", cid, "value", v);
+                Integer size = ctx.values.size(v);
+                if (size != null) r.put("size", size);
+                out.add(r);
             }
             return out;
         }
@@ -341,7 +478,7 @@ public final class OnceproofAgent {
         List<Throwable> errors = new ArrayList<>();
     }
 
-    static Sent send(Wire w, KafkaProducer<String, String> producer, String process,
+    static Sent send(Wire w, KafkaProducer<String, byte[]> producer, String process,
                      List<Map<String, Object>> records, Ctx ctx, String txn, double timeout) {
         long op = w.invoke(process, "send", timed(map("records", records), timeout), txn, false);
         int n = records.size();
@@ -358,7 +495,8 @@ public final class OnceproofAgent {
             String key = (String) r.get("key");
             try {
                 futures.add(producer.send(new ProducerRecord<>(ctx.topic((String) r.get("topic")),
-                        (Integer) r.get("partition"), key == null ? "" : key, String.valueOf(r.get("value")))));
+                        (Integer) r.get("partition"), key == null ? "" : key,
+                        ctx.values.encode(((Number) r.get("value")).longValue(), (Integer) r.get("size")))));
             } catch (KafkaException | IllegalStateException e) {
                 // Refused before anything left the client (a producer in an error state).
                 futures.add(null);
@@ -398,13 +536,13 @@ public final class OnceproofAgent {
         return sent;
     }
 
-    static KafkaProducer<String, String> producer(Properties p) {
-        return new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
+    static KafkaProducer<String, byte[]> producer(Properties p) {
+        return new KafkaProducer<>(p, new StringSerializer(), new ByteArraySerializer());
     }
 
     /** Let go of a producer as an application restarting would, without waiting for it:
      * its transaction is left for the next producer with its id to fence and abort. */
-    static void discard(KafkaProducer<String, String> producer) {
+    static void discard(KafkaProducer<String, byte[]> producer) {
         if (producer == null) return;
         Thread t = new Thread(() -> {
             try { producer.close(Duration.ZERO); } catch (RuntimeException ignored) { }
@@ -415,7 +553,7 @@ public final class OnceproofAgent {
 
     /** Sends outside transactions (clients.py's PlainProducer); its lanes share it. */
     static final class PlainProducer extends Client {
-        final KafkaProducer<String, String> producer;
+        final KafkaProducer<String, byte[]> producer;
 
         PlainProducer(String cid, Map<String, Object> spec, Ctx ctx, String process) {
             super(cid, spec, ctx, process);
@@ -432,7 +570,7 @@ public final class OnceproofAgent {
     /** A transactional producer (clients.py's TxnProducer), one transaction at a time. */
     static class TxnProducer extends Client {
         final String tid;
-        KafkaProducer<String, String> producer;
+        KafkaProducer<String, byte[]> producer;
         String txn;
         boolean mustAbort;
         int count;
@@ -447,7 +585,7 @@ public final class OnceproofAgent {
             if (producer != null) return true;
             Map<String, Object> config = config("producer");
             txnTimeoutMs = Long.parseLong(String.valueOf(config.get("transaction.timeout.ms")));
-            KafkaProducer<String, String> p = producer(props(ctx.connection, config, "transactional.id", tid));
+            KafkaProducer<String, byte[]> p = producer(props(ctx.connection, config, "transactional.id", tid));
             try {
                 bounded("initTransactions", () -> { p.initTransactions(); return null; }, opTimeout);
             } catch (Hung e) {
@@ -543,7 +681,7 @@ public final class OnceproofAgent {
             Exception err = null;
             for (int i = 0; i < commitAttempts; i++) {
                 long h = w.invoke(process, "commit_txn", timed(map(), opTimeout), txn, false);
-                KafkaProducer<String, String> p = producer;
+                KafkaProducer<String, byte[]> p = producer;
                 try {
                     bounded("commitTransaction", () -> { p.commitTransaction(); return null; }, opTimeout);
                     w.ok(h, null);
@@ -583,7 +721,7 @@ public final class OnceproofAgent {
         void abort(Map<String, Object> op) {
             if (txn == null) return;
             long h = w.invoke(process, "abort_txn", timed(map(), opTimeout), txn, false);
-            KafkaProducer<String, String> p = producer;
+            KafkaProducer<String, byte[]> p = producer;
             try {
                 if (p == null) throw new IllegalStateException("no producer");
                 bounded("abortTransaction", () -> { p.abortTransaction(); return null; }, opTimeout);
@@ -607,13 +745,13 @@ public final class OnceproofAgent {
      * application works through a batch. Where the application stands (`positions`) is
      * after what it was given, never what the client fetched ahead. */
     static final class Reader extends Client implements ConsumerRebalanceListener {
-        final KafkaConsumer<String, String> consumer;
+        final KafkaConsumer<String, byte[]> consumer;
         final String group, isolation;
         final boolean subscribed;
         List<TopicPartition> tps = new ArrayList<>();
         final Map<Integer, Long> positions = new TreeMap<>();
         final Set<Integer> revoked = new HashSet<>();
-        final Deque<ConsumerRecord<String, String>> ahead = new ArrayDeque<>();
+        final Deque<ConsumerRecord<String, byte[]>> ahead = new ArrayDeque<>();
         // The poll op in progress (handle, txn, value), which a reassignment splits.
         Object[] polling;
 
@@ -627,7 +765,7 @@ public final class OnceproofAgent {
             String t = topic == null ? this.topic : topic;
             consumer = new KafkaConsumer<>(props(ctx.connection, config, "group.id", group,
                     "enable.auto.commit", false, "auto.offset.reset", "earliest"),
-                    new StringDeserializer(), new StringDeserializer());
+                    new StringDeserializer(), new ByteArrayDeserializer());
             readTopic = t;
             if (subscribe) {
                 consumer.subscribe(List.of(ctx.topic(t)), this);
@@ -716,11 +854,11 @@ public final class OnceproofAgent {
             int n = integer(op, "n", 10);
             Map<String, Object> value = timed(map("isolation", isolation, "group", group), timeout);
             polling = new Object[]{w.invoke(process, "poll", value, txn, false), txn, value};
-            List<ConsumerRecord<String, String>> got = new ArrayList<>();
+            List<ConsumerRecord<String, byte[]>> got = new ArrayList<>();
             RuntimeException failure = null;
             try {
                 if (ahead.isEmpty()) {
-                    for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis((long) (timeout * 1000)))) {
+                    for (ConsumerRecord<String, byte[]> r : consumer.poll(Duration.ofMillis((long) (timeout * 1000)))) {
                         ahead.add(r);
                     }
                 }
@@ -735,11 +873,14 @@ public final class OnceproofAgent {
                 return List.of();
             }
             List<Map<String, Object>> records = new ArrayList<>();
-            for (ConsumerRecord<String, String> r : got) {
+            for (ConsumerRecord<String, byte[]> r : got) {
                 String key = r.key();
-                records.add(map("topic", ctx.planTopic(r.topic()), "partition", r.partition(),
+                long[] read = Values.decode(r.value() == null ? new byte[0] : r.value());
+                Map<String, Object> record = map("topic", ctx.planTopic(r.topic()), "partition", r.partition(),
                         "offset", r.offset(), "key", key == null || key.isEmpty() ? null : key,
-                        "value", Long.parseLong(r.value())));
+                        "value", read[0]);
+                if (read[1] >= 0) record.put("corrupt", read[1]);
+                records.add(record);
                 positions.put(r.partition(), r.offset() + 1);
             }
             w.ok(h, map("isolation", isolation, "records", records));
@@ -904,8 +1045,12 @@ public final class OnceproofAgent {
             int outParts = ctx.partitions.get(output);
             List<Map<String, Object>> outputs = new ArrayList<>();
             for (Map<String, Object> r : inputs) {
-                outputs.add(map("topic", output, "partition", (Integer) r.get("partition") % outParts,
-                        "key", r.get("key"), "value", ctx.value(), "source", r.get("value")));
+                long v = ctx.value();
+                Map<String, Object> o = map("topic", output, "partition", (Integer) r.get("partition") % outParts,
+                        "key", r.get("key"), "value", v, "source", r.get("value"));
+                Integer size = ctx.values.size(v);
+                if (size != null) o.put("size", size);
+                outputs.add(o);
             }
             if (!outputs.isEmpty() && producer != null) {
                 Sent s = send(w, producer, process, outputs, ctx, t, opTimeout);
@@ -971,7 +1116,7 @@ public final class OnceproofAgent {
             });
             Map<String, Object> value = map("group", reader.group, "offsets", offsets);
             long h = w.invoke(process, "send_offsets", timed(value, opTimeout), t, false);
-            KafkaProducer<String, String> p = producer;
+            KafkaProducer<String, byte[]> p = producer;
             try {
                 bounded("sendOffsetsToTransaction", () -> {
                     p.sendOffsetsToTransaction(commit, reader.consumer.groupMetadata());
@@ -1075,14 +1220,14 @@ public final class OnceproofAgent {
             declared = map("group", settings.get("group"), "input", input, "output", output,
                     "topology", topology, "guarantee", app.get("guarantee"));
             StreamsBuilder builder = new StreamsBuilder();
-            KStream<String, String> in = builder.stream(ctx.topic(input));
-            KStream<String, String> out;
+            KStream<String, byte[]> in = builder.stream(ctx.topic(input));
+            KStream<String, byte[]> out;
             if (topology.equals("fold")) {
                 builder.addStateStore(Stores.keyValueStoreBuilder(Stores.inMemoryKeyValueStore(STORE),
                         Serdes.Integer(), Serdes.Long()));
                 out = in.processValues(Fold::new, STORE);
             } else {
-                out = in.mapValues(v -> String.valueOf(Long.parseLong(v) << 32));
+                out = in.mapValues(v -> sameShape(v, Values.identity(v) << 32));
             }
             out.to(ctx.topic(output));
             Properties p = props(ctx.connection, (Map<String, Object>) app.get("config"),
@@ -1090,7 +1235,7 @@ public final class OnceproofAgent {
                     StreamsConfig.STATE_DIR_CONFIG,
                     java.nio.file.Files.createTempDirectory("onceproof-streams-").toString(),
                     StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName(),
-                    StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName());
+                    StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.ByteArraySerde.class.getName());
             streams = new KafkaStreams(builder.build(), p);
             // A stream thread that dies of an error (a timeout under a fault) is replaced,
             // as a service would restart it, rather than ending the application.
@@ -1115,28 +1260,35 @@ public final class OnceproofAgent {
         void close() { streams.close(Duration.ofSeconds((long) opTimeout)); }
     }
 
+    /** An output value of the same size and content as its input (a sized input's
+     * header names them), for the identity `identity`. */
+    static byte[] sameShape(byte[] input, long identity) {
+        int[] shape = Values.shapeOf(input);
+        return shape == null ? Values.make(identity, null, 'c') : Values.make(identity, shape[0], (char) shape[1]);
+    }
+
     /** The fold: per input partition, the count and sum of the values so far. */
-    static final class Fold implements FixedKeyProcessor<String, String, String> {
-        private FixedKeyProcessorContext<String, String> context;
+    static final class Fold implements FixedKeyProcessor<String, byte[], byte[]> {
+        private FixedKeyProcessorContext<String, byte[]> context;
         private KeyValueStore<Integer, Long> store;
 
         @Override
-        public void init(FixedKeyProcessorContext<String, String> context) {
+        public void init(FixedKeyProcessorContext<String, byte[]> context) {
             this.context = context;
             this.store = context.getStateStore(StreamsApp.STORE);
         }
 
         @Override
-        public void process(FixedKeyRecord<String, String> r) {
+        public void process(FixedKeyRecord<String, byte[]> r) {
             int partition = context.recordMetadata().map(m -> m.partition()).orElse(-1);
-            long value = Long.parseLong(r.value());
+            long value = Values.identity(r.value());
             Long before = store.get(partition);
             long was = before == null ? 0 : before;
             long count = ((was >>> 16) + 1) & 0xFFFF;
             long sum = ((was & 0xFFFF) + value) & 0xFFFF;
             long folded = count << 16 | sum;
             store.put(partition, folded);
-            context.forward(r.withValue(String.valueOf(value << 32 | folded)));
+            context.forward(r.withValue(sameShape(r.value(), value << 32 | folded)));
         }
     }
 
@@ -1176,6 +1328,15 @@ public final class OnceproofAgent {
 
     @SuppressWarnings("unchecked")
     public static void main(String[] args) throws Exception {
+        if (args.length == 4 && args[0].equals("--value")) {
+            // One value as the agent makes it (identity, size, content), then how it reads
+            // it back: tests/test_values.py holds it to run/values.py byte for byte.
+            Values shape = new Values(map("sizes", List.of(Integer.parseInt(args[2])), "content", args[3]));
+            byte[] made = shape.encode(Long.parseLong(args[1]), Integer.parseInt(args[2]));
+            System.out.println(java.util.HexFormat.of().formatHex(made) + " " + String.join(",",
+                    java.util.Arrays.stream(Values.decode(made)).mapToObj(String::valueOf).toList()));
+            return;
+        }
         if (args.length > 0 && args[0].equals("--config-names")) {
             System.out.println(JSON.writeValueAsString(map(
                     "producer", new java.util.TreeSet<>(ProducerConfig.configNames()),

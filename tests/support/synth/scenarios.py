@@ -506,6 +506,18 @@ def _sc_unattributed_read(s: _Script) -> None:
     s.poll("x1", [(_x(0), 1, z)])
 
 
+def _sc_corrupt_value(s: _Script) -> None:
+    v = s.val()
+    off = s.append(_x(0), v)
+    rec = {**record(_x(0), v), "size": 1024}
+    s.op("x0", "send", {"records": [rec]}, {"records": [{**rec, "offset": off}]})
+    # One reader gets the value with a byte changed (a fetch response, a client's
+    # buffer); the log holds it as written, so the final reads find it whole.
+    s.assign("x1", [_x(0)])
+    s.op("x1", "poll", {"isolation": RC}, {"isolation": RC, "records": [
+        {**read_record(_x(0), off, v), "corrupt": 517}]})
+
+
 def _sc_hanging_txn(s: _Script) -> None:
     v = s.val()
     s.op("x0", "begin_txn", {"tid": "tx-x0"}, txn="x0/1")
@@ -552,6 +564,7 @@ SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "duplicate": _sc_duplicate,
     "inconsistent_offset": _sc_inconsistent_offset,
     "unattributed_read": _sc_unattributed_read,
+    "corrupt_value": _sc_corrupt_value,
     "lost_write": _sc_lost_write,
     "unseen": _sc_unseen,
     "hanging_txn": _sc_hanging_txn,

@@ -1,0 +1,231 @@
+"""Record values of a chosen size (issue 59 point 1): the padding derived from a record's
+identity (run/values.py), the plan's and the CLI's value settings, and corrupt_value,
+judged on small histories."""
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+
+import pytest
+
+from onceproof.checkers.store import convert, read_table
+from onceproof.run import values as V
+from onceproof.workloads.plan import PlanError, largest_value, validate, with_values
+from tests.histories import History, example, found, verdict, witnessed
+
+# -- the padding ------------------------------------------------------------------------
+
+def test_without_a_size_a_value_is_its_identity_in_decimal_as_before():
+    # Old histories and kept counterexamples were written so: byte-identical.
+    assert V.encode(12345) == b"12345"
+    assert V.Shape().encode(7, None) == b"7"
+    assert V.decode(b"12345") == (12345, None)
+
+
+@pytest.mark.parametrize("content", ["compressible", "random"])
+@pytest.mark.parametrize("size", [32, 100, 1024, 16384])
+def test_a_sized_value_has_that_size_names_its_identity_and_reads_back_clean(size, content):
+    value = V.encode(987654321, size, content)
+    assert len(value) == size
+    assert value.startswith(b"987654321:")
+    assert V.decode(value) == (987654321, None)
+    # Derived from the identity alone: the same every time, different for another.
+    assert V.encode(987654321, size, content) == value
+    assert V.encode(987654322, size, content)[-16:] != value[-16:]
+
+
+def test_compressible_values_compress_and_random_ones_do_not():
+    comp, rand = V.encode(5, 16384, "compressible"), V.encode(5, 16384, "random")
+    assert len(zlib.compress(comp)) < len(comp) / 20
+    assert len(zlib.compress(rand)) > len(rand) * 0.99
+    assert len(gzip.compress(b"".join(V.encode(v, 1024, "random") for v in range(64)))) > 64 * 1000
+
+
+@pytest.mark.parametrize("content", ["compressible", "random"])
+def test_a_changed_byte_is_found_where_it_is(content):
+    value = bytearray(V.encode(42, 4096, content))
+    for at in (20, 2000, 4095):
+        bad = bytearray(value)
+        bad[at] ^= 0x01
+        assert V.decode(bytes(bad)) == (42, at)
+
+
+def test_a_truncated_or_extended_value_is_corrupt_at_the_shorter_length():
+    value = V.encode(42, 1000)
+    assert V.decode(value[:999]) == (42, 999)
+    assert V.decode(value + b"x") == (42, 1000)
+
+
+def test_a_header_that_names_no_size_or_content_is_corrupt_after_the_identity():
+    assert V.decode(b"42:x100:" + b"a" * 92) == (42, 3)
+    assert V.decode(b"42:c10:" + b"a" * 3) == (42, 3)  # below the smallest size
+    assert V.decode(b"42:c:") == (42, 3)
+
+
+def test_a_value_that_names_no_identity_reads_as_none_and_corrupt():
+    assert V.decode(b"") == (V.NO_IDENTITY, 0)
+    assert V.decode(b"x1:c100:") == (V.NO_IDENTITY, 0)
+
+
+def test_an_identity_changed_in_the_header_is_corrupt_in_its_padding():
+    value = V.encode(41, 200)
+    changed = b"42" + value[2:]
+    identity, corrupt = V.decode(changed)
+    assert identity == 42 and corrupt is not None and corrupt >= len(b"42:c200:")
+
+
+def test_first_difference_halves_down_to_the_byte():
+    want = bytes(range(256)) * 64
+    for at in (0, 1, 63, 64, 5000, len(want) - 1):
+        got = bytearray(want)
+        got[at] ^= 0xFF
+        assert V.first_difference(bytes(got), want) == at
+    assert V.first_difference(want, want) is None
+
+
+def test_a_shape_draws_sizes_by_identity_whatever_the_partition():
+    shape = V.Shape((100, 16384), "random")
+    sizes = {v: shape.size(v) for v in range(1, 2001)}
+    assert set(sizes.values()) == {100, 16384}
+    # Not by identity mod 2, which is the partition of 2 partitions: both sizes in each.
+    for parity in (0, 1):
+        assert {s for v, s in sizes.items() if v % 2 == parity} == {100, 16384}
+    assert V.Shape().size(5) is None and V.Shape((64,)).size(5) == 64
+
+
+def test_a_shape_comes_from_the_plans_mix():
+    assert V.Shape.of({"mix": {"value_bytes": 1024}}) == V.Shape((1024,), "compressible")
+    assert V.Shape.of({"mix": {"value_bytes": [100, 200], "value_content": "random"}}) == \
+        V.Shape((100, 200), "random")
+    assert V.Shape.of({}) == V.Shape()
+
+
+# -- the plan ---------------------------------------------------------------------------
+
+def _plan(**mix) -> dict:
+    plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p": {"role": "producer"}},
+            "steps": [{"ops": {"p": {"f": "send"}}}]}
+    return {**plan, "mix": mix} if mix else plan
+
+
+@pytest.mark.parametrize("bad, words", [
+    (0, "from 32"), (-5, "from 32"), (31, "not 31"), ((1 << 20) + 1, "1 MiB"),
+    ("1k", "a size in bytes"), ([], "non-empty list"), ([100, True], "a size in bytes")])
+def test_a_plan_refuses_value_sizes_it_cannot_make(bad, words):
+    with pytest.raises(PlanError, match=r"mix\.value_bytes") as e:
+        validate(_plan(value_bytes=bad))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_plan_refuses_unknown_content():
+    with pytest.raises(PlanError, match=r"mix\.value_content: must be one of compressible, random"):
+        validate(_plan(value_bytes=100, value_content="zeros"))
+
+
+def test_value_settings_round_trip_and_name_the_largest_value():
+    plan = with_values(_plan(), [100, 16384], "random")
+    assert plan["mix"] == {"value_bytes": [100, 16384], "value_content": "random"}
+    assert validate(plan).to_dict() == plan
+    assert largest_value(plan) == 16384
+    assert largest_value(with_values(_plan(), [1024])) == 1024
+    assert largest_value(_plan()) is None
+    assert with_values(_plan()) == _plan()
+
+
+# -- corrupt_value ----------------------------------------------------------------------
+
+def _sized_send(h: History, process: str, value: int, offset: int, size: int = 1024) -> int:
+    rec = {"topic": "t", "partition": 0, "key": None, "value": value, "size": size}
+    op = h.invoke(process, "send", {"records": [rec]})
+    h.complete(op, "ok", {"records": [{**rec, "offset": offset}]})
+    return op
+
+
+def _poll(h: History, process: str, records: list[dict]) -> int:
+    op = h.invoke(process, "poll", {"isolation": "read_committed"})
+    h.complete(op, "ok", {"isolation": "read_committed", "records": [
+        {"topic": "t", "partition": 0, "key": None, **r} for r in records]})
+    return op
+
+
+def test_corrupt_value(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _sized_send(h, "p0", 1, 0)
+    send = _sized_send(h, "p0", 2, 1)
+    poll = _poll(h, "c0", [{"offset": 0, "value": 1}, {"offset": 1, "value": 2, "corrupt": 517}])
+    v = verdict(h)
+    assert found(v) == {"corrupt_value"} and not v.valid
+    ex = example(v, "corrupt_value", process="c0", op=poll, partition=0, offset=1, value=2)
+    assert "byte 517" in ex["detail"]
+    assert (poll, "reader") in witnessed(ex)
+    assert (send, "writer") in witnessed(ex)
+
+
+def test_sized_values_read_back_clean_are_valid_and_their_sizes_are_kept(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _sized_send(h, "p0", 1, 0, size=100)
+    _sized_send(h, "p0", 2, 1, size=16384)
+    _poll(h, "c0", [{"offset": 0, "value": 1}, {"offset": 1, "value": 2}])
+    v = verdict(h)
+    assert v.valid and found(v) == set()
+    convert(h.path, tmp_path / "tables")
+    writes = read_table(tmp_path / "tables", "writes", ["value", "size"]).to_pylist()
+    assert sorted((w["value"], w["size"]) for w in writes) == [(1, 100), (2, 16384)]
+
+
+def test_a_value_naming_no_identity_is_corrupt_and_unattributed(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _sized_send(h, "p0", 1, 0)
+    poll = _poll(h, "c0", [{"offset": 0, "value": V.NO_IDENTITY, "corrupt": 0}])
+    v = verdict(h)
+    assert {"corrupt_value", "unattributed_read"} <= found(v)
+    example(v, "corrupt_value", op=poll, value=V.NO_IDENTITY)
+
+
+def test_a_history_line_with_a_negative_corrupt_is_refused(tmp_path):
+    from onceproof.history.format import HistoryError
+    h = History(tmp_path / "h.jsonl")
+    _sized_send(h, "p0", 1, 0)
+    _poll(h, "c0", [{"offset": 0, "value": 1, "corrupt": -3}])
+    with pytest.raises(HistoryError, match="corrupt"):
+        verdict(h)
+
+
+def test_the_history_records_a_sized_value_as_it_was_sent(tmp_path):
+    h = History(tmp_path / "h.jsonl")
+    _sized_send(h, "p0", 1, 0, size=2048)
+    h.close()
+    first = json.loads(h.path.read_text().splitlines()[0])
+    assert first["value"]["records"][0]["size"] == 2048
+
+
+# -- the Java agent makes and reads the same bytes --------------------------------------
+
+@pytest.mark.parametrize("identity, size, content", [
+    (42, 32, "compressible"), (987654321, 1000, "compressible"), (7, 100, "random"),
+    (123456789012, 4096, "random")])
+def test_the_java_agent_makes_and_reads_the_same_bytes(identity, size, content):
+    import subprocess
+
+    from onceproof.cluster.provision import ensure_java_client
+    dist = ensure_java_client("4.4.0")
+    out = subprocess.run(["java", "-cp", dist.classpath, "OnceproofAgent", "--value",
+                          str(identity), str(size), content],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert bytes.fromhex(out[0]) == V.encode(identity, size, content)
+    assert out[1] == f"{identity},-1"
+
+
+# -- what the topics and producers take --------------------------------------
+
+def test_a_plan_whose_values_the_producer_refuses_is_named(tmp_path):
+    from onceproof.workloads.plan import value_size_problem
+    plan = with_values(_plan(), [500_000])
+    assert value_size_problem(plan) is None
+    plan["producer"] = {"message.max.bytes": 100_000}
+    assert "client p's librdkafka message.max.bytes 100000" in value_size_problem(plan)
+    plan = with_values(_plan(), [1 << 20])
+    plan["topics"]["t"]["config"] = {"max.message.bytes": 2 << 20}
+    plan["producer"] = {"message.max.bytes": 2 << 20}
+    assert value_size_problem(plan) is None
