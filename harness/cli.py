@@ -140,6 +140,46 @@ def broker_config_options(f):
                              "--broker-config-file).")(f)
 
 
+def value_options(f):
+    """--value-bytes and --value-content: the size and content of every record value
+    (a plan's mix.value_bytes and mix.value_content, run/values.py). The command gets
+    them as `values`, {"value_bytes": [sizes] or None, "value_content": name or None},
+    checked here in one line each."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapped(*args, value_bytes, value_content, **kwargs):
+        return f(*args, values=_values(value_bytes, value_content), **kwargs)
+
+    wrapped = click.option(
+        "--value-content", default=None, metavar="compressible|random",
+        help="What fills each value after its identity: compressible (the default, as most "
+             "application data is: compression.type then compresses it) or random.")(wrapped)
+    return click.option(
+        "--value-bytes", default=None, metavar="N[,N...]",
+        help="Each record value's size in bytes, from 32 to 1048576 (1 MiB), or sizes to "
+             "draw each record's from, e.g. 100,1024,16384 (default: the record's identity "
+             "alone, a few bytes). A record read back is verified byte for byte "
+             "(corrupt_value).")(wrapped)
+
+
+def _values(value_bytes: str | None, value_content: str | None) -> dict:
+    from onceproof.workloads.plan import VALUE_CONTENTS, value_sizes_problem
+    sizes = None
+    if value_bytes is not None:
+        try:
+            sizes = [int(x) for x in value_bytes.split(",")]
+        except ValueError:
+            raise SetupError(f"--value-bytes takes a size in bytes or sizes separated by "
+                             f"commas, like 1024 or 100,16384, not {value_bytes!r}") from None
+        if (problem := value_sizes_problem(sizes)):
+            raise SetupError(f"--value-bytes {problem.replace('must be', 'must each be', 1)}")
+    if value_content is not None and value_content not in VALUE_CONTENTS:
+        raise SetupError(f"--value-content must be {' or '.join(VALUE_CONTENTS)}, "
+                         f"not {value_content!r}")
+    return {"value_bytes": sizes, "value_content": value_content}
+
+
 def external_options(f):
     """--bootstrap and what goes with it: run against a cluster the harness did not start."""
     f = click.option("--keep", is_flag=True,
@@ -305,9 +345,11 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, extern
 @artifacts_option
 @external_options
 @known_issues_option
+@value_options
 def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, client: str | None,
            java_client_version: str | None, spark_master: str | None, artifacts: str, bootstrap,
-           client_pairs, client_config_file, fault_commands, keep, known_issues: str) -> None:
+           client_pairs, client_config_file, fault_commands, keep, known_issues: str,
+           values: dict) -> None:
     """Re-run a saved plan (plan.json, a counterexample folder, or a counterexample kept as
     one file, such as tests/counterexamples/*.json) on a fresh cluster, or on yours
     (--bootstrap), and report how many runs show the anomaly it was saved for. Exit 1
@@ -318,12 +360,15 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
 
     from onceproof.checkers.verdict import Verdict
     from onceproof.trial import reproduces, run_trial
-    from onceproof.workloads.plan import PlanError, load, on_client
+    from onceproof.workloads.plan import PlanError, load, on_client, value_size_problem, with_values
     path = Path(plan_file)
     folder = path if path.is_dir() else path.parent
     try:
         plan = on_client(load(folder / "plan.json" if path.is_dir() else path), client,
                          java_client_version)
+        plan = with_values(plan, values["value_bytes"], values["value_content"])
+        if (why := value_size_problem(plan)):
+            raise PlanError(f"plan {why}")
     except PlanError as exc:
         raise SetupError(str(exc)) from None
     saved = folder / "verdict.json"
@@ -663,6 +708,7 @@ def install(kafka_version: str | None) -> None:
 @click.option("--finalize", "finalize_pairs", multiple=True, metavar="FEATURE=LEVEL",
               help="After the upgrade (or alone), finalize a feature at a level, e.g. "
                    "transaction.version=2 (repeatable; one step each).")
+@value_options
 @click.option("--initial-features", "feature_pairs", multiple=True, metavar="FEATURE=LEVEL",
               help="Format the cluster with this feature level, e.g. transaction.version=1 "
                    "on 4.x, to finalize another during the run (repeatable).")
@@ -670,7 +716,7 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
                 java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
                 client_pairs, client_config_file, fault_commands, keep, known_issues,
-                upgrade_to, finalize_pairs, feature_pairs) -> None:
+                upgrade_to, finalize_pairs, feature_pairs, values) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -685,7 +731,9 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                               clients_per_node, partitions, interval, broker, external,
                               client, java_client_version, known_issues, upgrade_to,
                               _feature_levels("--finalize", finalize_pairs),
-                              _feature_levels("--initial-features", feature_pairs)))
+                              _feature_levels("--initial-features", feature_pairs),
+                              value_bytes=values["value_bytes"],
+                              value_content=values["value_content"]))
     sys.exit(code)
 
 

@@ -27,7 +27,7 @@ from onceproof.report.text import client_libraries, txn_protocols
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.plan import libraries, on_client
+from onceproof.workloads.plan import libraries, on_client, value_size_problem, with_values
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
 from onceproof.workloads.upgrades import release_steps, with_release_change
 
@@ -63,6 +63,10 @@ class JobOptions:
     upgrade_to: str | None = None
     finalize: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
+    # Every record value's size in bytes (sizes to draw from) and content, in each
+    # plan's mix (run/values.py); None: as the plans say.
+    value_bytes: list[int] | None = None
+    value_content: str | None = None
 
     def release_change(self) -> list[dict]:
         """The upgrade's and finalizations' steps, checked against the starting release."""
@@ -144,9 +148,14 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     strategy = opts.strategy()
     opts.release_change()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
-    todo = [with_release_change(on_client(plan, opts.client, opts.java_client_version),
+    todo = [with_release_change(with_values(on_client(plan, opts.client, opts.java_client_version),
+                                            opts.value_bytes, opts.value_content),
                                 opts.nodes, opts.upgrade_to, opts.finalize)
             for plan in draw_plans(strategy, opts.runs, seed)]
+    # A value the topics or the producers cannot take is refused before anything starts.
+    for plan in todo:
+        if (why := value_size_problem(plan, opts.broker)):
+            raise SetupError(f"--value-bytes: {why}")
     root = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     shape = (f"{opts.duration} s, {len(todo[0]['clients'])} clients" if opts.mode == "concurrent"

@@ -217,7 +217,29 @@ def test_the_java_agent_makes_and_reads_the_same_bytes(identity, size, content):
     assert out[1] == f"{identity},-1"
 
 
-# -- what the topics and producers take --------------------------------------
+# -- the command line -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (["--value-bytes", "0"], "--value-bytes must each be from 32"),
+    (["--value-bytes", "-5"], "not -5"),
+    (["--value-bytes", "abc"], "--value-bytes takes a size in bytes"),
+    (["--value-bytes", "100,2000000"], "not 2000000"),
+    (["--value-bytes", "100", "--value-content", "zeros"],
+     "--value-content must be compressible or random, not 'zeros'"),
+    # Above the topics' max.message.bytes (Kafka's default): refused with the numbers,
+    # before any cluster starts.
+    (["--value-bytes", "1048576"], "needs 1048704 bytes a record with its headers, above "
+                                   "topic in's max.message.bytes 1048588")])
+def test_run_refuses_value_settings_in_one_line_before_anything_starts(tmp_path, args, words):
+    from click.testing import CliRunner
+
+    from onceproof.cli import main
+    done = CliRunner().invoke(main, ["run", *args, "--faults", "none", "--duration", "1",
+                                     "--out", str(tmp_path / "runs")])
+    assert done.exit_code == 2, done.output
+    assert words in done.output and done.output.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
 
 def test_a_plan_whose_values_the_producer_refuses_is_named(tmp_path):
     from onceproof.workloads.plan import value_size_problem
@@ -229,3 +251,20 @@ def test_a_plan_whose_values_the_producer_refuses_is_named(tmp_path):
     plan["topics"]["t"]["config"] = {"max.message.bytes": 2 << 20}
     plan["producer"] = {"message.max.bytes": 2 << 20}
     assert value_size_problem(plan) is None
+
+
+def test_the_report_shows_bytes_per_second_beside_ops_per_second(tmp_path):
+    from onceproof.report.history import load
+    from onceproof.report.page import _throughput
+    h = History(tmp_path / "history.jsonl")
+    h.skipped = 0
+    _sized_send(h, "p0", 1, 0, size=500_000)
+    h.skipped += 10**9  # a second later
+    _sized_send(h, "p0", 2, 1, size=500_000)
+    h.close()
+    history = load(tmp_path)
+    text = _throughput(history)
+    assert "client ops/s" in text and "records/s acknowledged" in text
+    # 1 MB acknowledged over the history's span (a second and what the writes took).
+    mb = float(text.split(", ")[-1].split(" MB/s")[0])
+    assert mb == pytest.approx(1.0 / history.duration, abs=0.01)

@@ -167,6 +167,8 @@ def _facts(folder: Path, plan: Plan | None, h: History, verdict) -> list[tuple[s
     facts = [("history", f"{h.n_events:,} events, {len(h.ops):,} ops by "
                          f"{h.client_ops['process'].nunique()} clients over {h.duration:.3f} s"
                          + size)]
+    if (rates := _throughput(h)):
+        facts.append(("throughput", rates))
     state: dict = next((s for s in (_read_json(folder / "cluster" / "state.json"),
                               _read_json(folder.parent / "cluster" / "state.json")) if s), {})
     had = h.fault_ops.loc[h.fault_ops["f"] == CLUSTER, "value"]
@@ -213,6 +215,25 @@ def _facts(folder: Path, plan: Plan | None, h: History, verdict) -> list[tuple[s
     if (folder / "logs").is_dir():
         facts.append(("logs", ", ".join(sorted(p.name for p in (folder / "logs").iterdir()))))
     return facts
+
+
+def _throughput(h: History) -> str | None:
+    """Client ops/s over the run, and beside them the records and bytes acknowledged
+    per second (the sizes the history records; run/values.py)."""
+    if h.duration <= 0:
+        return None
+    from onceproof.checkers.store import read_table
+    ops = len(h.client_ops) / h.duration
+    text = f"{ops:,.0f} client ops/s"
+    try:
+        writes = read_table(h.tables, "writes", ["type", "size"]).to_pandas()
+    except (KeyError, ValueError):  # tables of an older converter: no sizes
+        return text
+    acked = writes[writes["type"] == "ok"]
+    text += f"; {len(acked) / h.duration:,.0f} records/s acknowledged"
+    if acked["size"].notna().any():
+        text += f", {acked['size'].sum() / h.duration / 1e6:,.2f} MB/s of values"
+    return text
 
 
 def _n(n: int, word: str) -> str:
