@@ -595,6 +595,10 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
         raise SetupError(f"nothing named {', '.join(sorted(unknown))} to hunt: choose from "
                          f"{', '.join(registry)}")
     chosen = [registry[n] for n in (only or registry)]
+    # A suite that starts on a release of its own (an upgrade under load) runs on a
+    # fresh cluster of it, after the others; on your cluster it is refused (Suite.on).
+    own = [s for s in chosen if s.kafka and external is None]
+    chosen = [s for s in chosen if s not in own]
     deadline = time.monotonic() + time_limit if time_limit else None
     rows = []
     with _fresh_cluster(artifacts, nodes, kafka_version, external) as cluster:
@@ -618,11 +622,43 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                     if rows[-1].error:
                         click.echo(f"{suite.name} ({shape}){on}: {rows[-1].error}", err=True)
         version = cluster.version
+    for suite in own:
+        rows += _on_own_release(suite, modes, clients, artifacts, nodes, spark_master, examples,
+                                budget, replays, seed, deadline)
     Console(width=max(120, Console().width)).print(_table(f"{title} (Kafka {version})", rows,
                                                           clients))
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
+    return rows
+
+
+def _on_own_release(suite, modes, clients, artifacts, nodes, spark_master, examples, budget,
+                    replays, seed, deadline) -> list:
+    """Search a suite that starts on a release of its own on a fresh cluster of it
+    (its rows name the release it started on and the one it moved to)."""
+    import time
+    from pathlib import Path
+
+    from onceproof.cluster.cluster import Cluster
+    from onceproof.search import hunt
+    rows: list = []
+    shapes = [m for m in modes if m in suite.shapes]
+    if not shapes:
+        click.echo(f"{suite.name}: hunted in {', '.join(suite.shapes)} plans only", err=True)
+        return rows
+    if deadline is not None and time.monotonic() >= deadline:
+        click.echo(f"{suite.name}: not run (time limit)", err=True)
+        return rows
+    with Cluster(Path(artifacts) / suite.name / "cluster", nodes, suite.kafka) as cluster:
+        for shape in shapes:
+            for client in clients or (None,):
+                click.echo(f"hunting {suite.name} ({shape}, Kafka {suite.kafka} -> "
+                           f"{suite.upgrade_to or suite.kafka}) ...", err=True)
+                rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
+                                 replays, seed, deadline, shape, client))
+                if rows[-1].error:
+                    click.echo(f"{suite.name} ({shape}): {rows[-1].error}", err=True)
     return rows
 
 
@@ -753,6 +789,10 @@ def _feature_levels(option: str, pairs: tuple[str, ...]) -> dict:
 @main.command("versions")
 @click.option("--kafka-version", "versions", multiple=True,
               help="A release to run (repeatable; default: every tested release, newest first).")
+@click.option("--upgrade", "upgrades", multiple=True, metavar="FROM:TO",
+              help="An upgrade path to run: a cluster started on FROM whose nodes move to TO "
+                   "during the run, then transaction.version=2 finalized (repeatable; "
+                   "default, with no --kafka-version either: 3.9.2:4.4.0 and 4.3.1:4.4.0).")
 @click.option("--workload", default="pipeline", show_default=True,
               help="producers, transactions, pipeline, rewind or streams.")
 @click.option("--faults", default="mixed", show_default=True,
@@ -765,8 +805,8 @@ def _feature_levels(option: str, pairs: tuple[str, ...]) -> dict:
 @nodes_option
 @spark_option
 @known_issues_option
-def versions_command(versions, workload, faults, duration, seed, out, nodes, spark_master,
-                     known_issues) -> None:
+def versions_command(versions, upgrades, workload, faults, duration, seed, out, nodes,
+                     spark_master, known_issues) -> None:
     """The version matrix: the same short correct run under faults on each Kafka release,
     each on a fresh cluster. Exit 0 when every release started and stayed valid (with
     --known-issues report, or failed on known issues only)."""
@@ -776,19 +816,34 @@ def versions_command(versions, workload, faults, duration, seed, out, nodes, spa
 
     from onceproof.cluster.provision import TESTED_KAFKA_VERSIONS, kafka_version
     from onceproof.run_job import JobOptions
-    from onceproof.versions import matrix, table, write
-    wanted = versions or TESTED_KAFKA_VERSIONS
-    for v in wanted:
+    from onceproof.versions import UPGRADES, matrix, table, write
+    wanted = versions or (() if upgrades else TESTED_KAFKA_VERSIONS)
+    paths = [_upgrade_path(u) for u in upgrades] or ([] if versions else list(UPGRADES))
+    for v in [*wanted, *(v for path in paths for v in path)]:
         kafka_version(v)  # a malformed release stops the matrix before anything starts
     opts = JobOptions(workload=workload, faults=faults, seed=seed, nodes=nodes, out=out,
                       duration=duration, spark_master=spark_master, known_issues=known_issues)
     opts.strategy()
     console = Console()
-    rows = matrix(tuple(wanted), opts, console)
+    rows = matrix(tuple(wanted), opts, console, tuple(paths))
     console.print(table(rows))
     write(rows, Path(out))
     click.echo(f"table: {Path(out) / 'versions.md'}")
     sys.exit(0 if all(r.outcome == "valid" for r in rows) else 1)
+
+
+def _upgrade_path(text: str) -> tuple[str, str]:
+    """FROM:TO as (from, to), checked as run --upgrade-to checks it."""
+    from onceproof.workloads import faults
+    from onceproof.workloads.upgrades import release_steps
+    start, colon, to = text.partition(":")
+    if not colon or not all(faults.problem({"f": "upgrade", "to": v}) is None for v in (start, to)):
+        raise SetupError(f"--upgrade takes FROM:TO, two Kafka releases like 3.9.2:4.4.0, not {text!r}")
+    steps = release_steps(3, to, {"transaction.version": 2})
+    why = faults.problem(steps[0]) or faults.release_problem(steps, start, [1, 2, 3])
+    if why:
+        raise SetupError(f"--upgrade {text}: {why}")
+    return start, to
 
 
 @main.command("check")

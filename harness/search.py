@@ -164,6 +164,14 @@ class HuntResult:
     # The suite's settings its plans were drawn with (suite_settings), kept with its
     # counterexample.
     settings: dict = field(default_factory=dict)
+    # What the suite's claim needs seen besides EVIDENCE (Suite.evidence: an upgrade
+    # suite's transactions before, during and after the change, and v2 at the end).
+    needs: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        """What the claim needs that the plans run did not show."""
+        return [k for k in self.needs if not self.exercised.get(k)]
 
     @property
     def idle(self) -> bool:
@@ -174,7 +182,8 @@ class HuntResult:
         if self.error:
             return False
         clean = not self.caught if self.hunt else self.known_good and self.caught
-        return clean and self.examples > 0 and not any(self.exercised.get(k) for k in EVIDENCE)
+        return clean and self.examples > 0 and (
+            not any(self.exercised.get(k) for k in EVIDENCE) or bool(self.missing))
 
     @property
     def outcome(self) -> str:
@@ -183,6 +192,8 @@ class HuntResult:
             return "HARNESS ERROR"
         if self.cut and not self.caught:
             return "stopped by time limit" if self.examples else "not run (time limit)"
+        if self.idle and self.missing and any(self.exercised.get(k) for k in EVIDENCE):
+            return f"NOT EXERCISED (none of: {', '.join(self.missing)})"
         if self.idle:
             return "NOTHING EXERCISED (no write acknowledged, nothing committed)"
         if self.hunt:
@@ -280,7 +291,7 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
         shrunk_size=size(load(folder / "plan.json")) if folder is not None else None,
         reproduced=reproduced, counterexample=str(folder) if folder is not None else None,
         cut=search.cut, exercised=dict(search.exercised), client=client,
-        error=search.error, settings=suite_settings(suite))
+        error=search.error, settings=suite_settings(suite), needs=list(suite.evidence))
 
 
 def suite_settings(suite: Suite) -> dict:

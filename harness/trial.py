@@ -19,10 +19,11 @@ from onceproof.checkers import Verdict, check, known
 from onceproof.checkers.store import convert, read_table
 from onceproof.cluster.cluster import Cluster
 from onceproof.cluster.external import AnyCluster
-from onceproof.history.format import NEMESIS, SEND, STREAMS
+from onceproof.history.access import values_at
+from onceproof.history.format import BEGIN_TXN, COMMIT_TXN, NEMESIS, SEND, STREAMS
 from onceproof.run.clients import producer_settings
 from onceproof.run.execute import run, under_test
-from onceproof.workloads.faults import FAULTS, is_undo
+from onceproof.workloads.faults import FAULTS, RELEASE_KINDS, is_undo
 from onceproof.workloads.plan import library_of, save, size
 
 
@@ -67,7 +68,7 @@ def run_trial(plan: dict, cluster: AnyCluster, folder: str | Path, spark_master:
     # Converted once, here: the check, the evidence below and the report all read it.
     tables = convert(result["history"], folder / "history.parquet")
     verdict = check(tables, spark_master=spark_master)
-    seen = exercised(tables)
+    seen = exercised(tables, result["history"])
     verdict.tested = {**under_test(cluster), "faults_injected": seen["faults"],
                       "clients": result["clients"], "txn_protocols": result["txn_protocols"],
                       "plan_clients": plan_clients(plan)}
@@ -86,14 +87,15 @@ def plan_clients(plan: dict) -> dict[str, dict]:
     return out
 
 
-def exercised(tables: Path) -> Counter[str]:
+def exercised(tables: Path, history: str | Path | None = None) -> Counter[str]:
     """What the clients of a plan did, so a claim that held can be told from one nothing
     tested: completed (ok) client ops per kind (`send`, `commit_txn`, `seek`, ...),
     `acknowledged_writes` (records in ok sends), `records_read` (records ok polls
     returned), `faults` (faults applied, undos left out) and `streams_committed_inputs`
     (the input offsets Streams applications' groups committed, summed), from the
     converted history. The harness's own final reads are left out: every run has them."""
-    ops = read_table(tables, "ops", ["process", "f", "type", "final", "n_records"]).to_pandas()
+    ops = read_table(tables, "ops", ["op", "process", "f", "type", "final", "n_records",
+                                     "invoke_time", "complete_time", "complete_index"]).to_pandas()
     done = ops[(ops["type"] == "ok") & (ops["process"] != NEMESIS) & ~ops["final"].fillna(False)]
     seen: Counter[str] = Counter({f: int(n) for f, n in done["f"].value_counts().items()})
     fired = ops[(ops["type"] == "ok") & (ops["process"] == NEMESIS)]
@@ -105,7 +107,49 @@ def exercised(tables: Path) -> Counter[str]:
     # fetch of its group's offsets says how far it got.
     offsets = read_table(tables, "offsets", ["f", "offset"]).to_pandas()
     seen["streams_committed_inputs"] = int(offsets.loc[offsets["f"] == STREAMS, "offset"].sum())
+    seen.update(across_release_change(ops, tables, history))
     return +seen
+
+
+def across_release_change(ops, tables: Path, history: str | Path | None) -> Counter[str]:
+    """For a run that changed releases or finalized a feature (an ok upgrade, downgrade
+    or finalize of the nemesis): the transactions committed before the first change
+    began (`txns_committed_before_change`), while the changes went on, from its invoke to
+    the last one's completion, nodes on two releases or a feature changing
+    (`..._during_change`), and after (`..._after_change`); and, once
+    transaction.version was finalized at 2 or more, the transactions begun after that on
+    each protocol the clients said (`txns_begun_v1_after_finalize`,
+    `txns_begun_v2_after_finalize`; only the Java client says it: docs/history.md)."""
+    out: Counter[str] = Counter()
+    changes = ops[(ops["process"] == NEMESIS) & (ops["type"] == "ok")
+                  & ops["f"].isin(RELEASE_KINDS)]
+    if changes.empty:
+        return out
+    first, last = changes["invoke_time"].min(), changes["complete_time"].max()
+    client = ops[(ops["process"] != NEMESIS) & (ops["type"] == "ok") & ~ops["final"].fillna(False)]
+    commits = client.loc[client["f"] == COMMIT_TXN, "complete_time"]
+    out["txns_committed_before_change"] = int((commits < first).sum())
+    out["txns_committed_during_change"] = int(((commits >= first) & (commits <= last)).sum())
+    out["txns_committed_after_change"] = int((commits > last).sum())
+    params = read_table(tables, "faults", ["op", "value"]).to_pandas().set_index("op")["value"]
+    v2_at = [t for op, t in changes.loc[changes["f"] == "finalize", ["op", "complete_time"]]
+             .itertuples(index=False) if _v2_finalize(params.get(op))]
+    if not v2_at or history is None:
+        return out
+    begins = client[(client["f"] == BEGIN_TXN) & (client["invoke_time"] > min(v2_at))]
+    for value in values_at(history, begins["complete_index"].dropna().astype(int)).values():
+        if value.get("txn_protocol"):
+            out[f"txns_begun_v{value['txn_protocol']}_after_finalize"] += 1
+    return out
+
+
+def _v2_finalize(value) -> bool:
+    """Whether a finalize step's parameters (as the faults table keeps them) set
+    transaction.version to 2 or more."""
+    step = json.loads(value) if isinstance(value, str) else value or {}
+    level = step.get("level")
+    return (step.get("feature") == "transaction.version" and isinstance(level, int)
+            and level >= 2)
 
 
 def keep_logs(cluster: AnyCluster, folder: Path) -> None:

@@ -1,8 +1,11 @@
-"""The Kafka version matrix: one short correct run under faults on each release.
+"""The Kafka version matrix: one short correct run under faults on each release, and
+on each upgrade path.
 
 Each release gets its own fresh cluster and the same generated plan (the same seed), so
-the rows differ by release alone. A release that cannot start is a row too, with the
-one line that says why; it never stops the matrix.
+the rows differ by release alone. An upgrade row starts its cluster on one release and,
+during the run, moves every node to another, one after another, then finalizes
+transaction.version=2 (docs/plans.md, "Upgrades"). A release that cannot start is a row
+too, with the one line that says why; it never stops the matrix.
 """
 from __future__ import annotations
 
@@ -21,6 +24,15 @@ from onceproof.run_job import JobOptions, run_job
 # run_job's exit codes (onceproof/run_job.py).
 _OUTCOMES = {0: "valid", 1: "anomalies", 2: "unknown"}
 
+# The upgrade rows: from the newest 3.x and the release before the newest, to the newest.
+UPGRADES = (("3.9.2", "4.4.0"), ("4.3.1", "4.4.0"))
+UPGRADE_FINALIZE = {"transaction.version": 2}
+# An upgrade row's run lasts at least this long: three nodes move one after another,
+# each waiting for its ISR (about 25 s each on 2 cores), then the finalize, at 24, 48,
+# 72 and 96 s (run --upgrade-to spreads them evenly); what the run has not reached by
+# its end does not happen.
+UPGRADE_SECONDS = 120
+
 
 @dataclass
 class Row:
@@ -31,26 +43,38 @@ class Row:
     folder: str
 
 
-def matrix(versions: tuple[str, ...], opts: JobOptions, console: Console) -> list[Row]:
-    rows = []
-    for version in versions:
-        started = time.monotonic()
-        out = Path(opts.out) / f"kafka-{version}"
-        job = JobOptions(**{**asdict(opts), "kafka_version": version, "out": str(out)})
-        # The run's own progress and summary go to a buffer: the matrix prints one line
-        # per release, and the run folders keep the rest.
-        sink = io.StringIO()
-        console.print(f"Kafka {version}: running ...")
-        try:
-            code = run_job(job, Console(file=sink, width=200))
-            outcome, detail = _OUTCOMES.get(code, f"exit {code}"), _headline(sink.getvalue())
-        except SetupError as exc:
-            outcome, detail = "did not start", str(exc)
-        folders = sorted(out.glob("*/"))
-        rows.append(Row(version, outcome, round(time.monotonic() - started, 1), detail,
-                        str(folders[-1]) if folders else str(out)))
-        console.print(f"Kafka {version}: {outcome} ({rows[-1].seconds:.0f} s) {detail}")
+def matrix(versions: tuple[str, ...], opts: JobOptions, console: Console,
+           upgrades: tuple[tuple[str, str], ...] = ()) -> list[Row]:
+    """A row per release, then a row per upgrade (from, to)."""
+    rows = [_row(version, Path(opts.out) / f"kafka-{version}",
+                 JobOptions(**{**asdict(opts), "kafka_version": version}), console)
+            for version in versions]
+    for start, to in upgrades:
+        rows.append(_row(f"{start} -> {to}", Path(opts.out) / f"kafka-{start}-to-{to}",
+                         JobOptions(**{**asdict(opts), "kafka_version": start, "upgrade_to": to,
+                                       "finalize": dict(UPGRADE_FINALIZE),
+                                       "duration": max(opts.duration or 0, UPGRADE_SECONDS)}),
+                         console))
     return rows
+
+
+def _row(label: str, out: Path, job: JobOptions, console: Console) -> Row:
+    started = time.monotonic()
+    job.out = str(out)
+    # The run's own progress and summary go to a buffer: the matrix prints one line
+    # per release, and the run folders keep the rest.
+    sink = io.StringIO()
+    console.print(f"Kafka {label}: running ...")
+    try:
+        code = run_job(job, Console(file=sink, width=200))
+        outcome, detail = _OUTCOMES.get(code, f"exit {code}"), _headline(sink.getvalue())
+    except SetupError as exc:
+        outcome, detail = "did not start", str(exc)
+    folders = sorted(out.glob("*/"))
+    row = Row(label, outcome, round(time.monotonic() - started, 1), detail,
+              str(folders[-1]) if folders else str(out))
+    console.print(f"Kafka {label}: {outcome} ({row.seconds:.0f} s) {detail}")
+    return row
 
 
 def _headline(output: str) -> str:

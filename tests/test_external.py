@@ -91,6 +91,9 @@ def test_suites_that_need_what_the_cluster_lacks_are_left_out_or_narrowed():
     assert suite is None and "broker settings" in why
     suite, why = SUITES["acks1_leader_kill"].on(cluster)
     assert suite is SUITES["acks1_leader_kill"] and not why
+    # An upgrade suite moves the nodes to another release: not on a cluster you brought.
+    suite, why = SUITES["upgrade_transactions"].on(cluster)
+    assert suite is None and why.startswith("it upgrades the cluster's nodes: changing a broker")
     narrowed, why = SUITES["correct_pipeline"].on(cluster)
     assert narrowed is not None and set(narrowed.faults) == {"kill"} and "isolate" in why
 

@@ -55,8 +55,15 @@ MODES = os.environ.get("ONCEPROOF_SUITE_MODES", "rounds").split(",")
 # proven on every change: the one whose rounds search finds its failure soonest (16 s into
 # its search when it was kept; the whole test took 99 s in CI).
 SEARCHED_IN_CI = ("offsets_outside_txn_crash",)
-SEARCHED = (list(SUITES) if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all"
-            else [n for n in SUITES if SUITES[n].known_good or n in SEARCHED_IN_CI])
+# Suites that start a cluster of their own on another release and upgrade it (an
+# upgrade under load) run apart from the session's cluster: CI runs one plan of
+# UPGRADED_IN_CI (a couple of minutes), the nightly every one.
+UPGRADES = [n for n, s in SUITES.items() if s.kafka]
+UPGRADED_IN_CI = ("upgrade_transactions",)
+UPGRADED = UPGRADES if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all" else list(UPGRADED_IN_CI)
+SEARCHED = [n for n in SUITES if not SUITES[n].kafka
+            and (os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all"
+                 or SUITES[n].known_good or n in SEARCHED_IN_CI)]
 
 
 def _kept(name: str) -> Path:
@@ -208,3 +215,81 @@ def test_suite_is_caught_or_passes(name, mode, cluster, pytestconfig, artifacts_
         # What a search keeps is what CI replays: it must load back as the same plan.
         kept = keep(result, artifacts_dir / "kept")
         assert load(kept) == load(Path(result.counterexample) / "plan.json")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", UPGRADED)
+def test_an_upgrade_suite_passes_through_its_rolling_upgrade_and_v2(name, pytestconfig,
+                                                                    artifacts_dir, suite_rows,
+                                                                    deadline):
+    # On a fresh cluster of the release the suite starts on: the nodes move to its
+    # target one after another under load and the mixed faults, v2 is finalized, and
+    # nothing may go wrong. Its pass counts only with transactions committed before,
+    # during and after the change and, at the end, transactions begun on v2 (its
+    # evidence, Suite.evidence), and with every node really moved.
+    from onceproof.cluster.cluster import Cluster
+    suite = SUITES[name]
+    examples = 2 if os.environ.get("ONCEPROOF_SUITE_SEARCH") == "all" else 1
+    folder = artifacts_dir / "upgrades" / name
+    with Cluster(folder / "cluster", 3, suite.kafka) as cluster:
+        assert cluster.version == suite.kafka
+        result = hunt(suite, cluster, folder, pytestconfig.getoption("--spark-master"),
+                      max_examples=examples, budget=BUDGET, replays=0, seed=0,
+                      deadline=deadline, mode="concurrent")
+        moved = cluster.releases()
+    if result.cut and not result.caught:
+        pytest.skip(f"the session's --time-limit stopped {name} after {result.examples} plans")
+    suite_rows.append(result)
+    assert not result.error, f"{name}: {result.error}"
+    assert result.caught, f"{name} found anomalies: see {result.counterexample}"
+    assert not result.idle, f"{name}: {result.outcome} ({result.exercised})"
+    assert set(result.needs) == set(suite.evidence) and not result.missing
+    assert moved == dict.fromkeys(cluster.nodes, suite.upgrade_to), moved
+    committed = "streams_committed_inputs" if suite.workload == "streams" else "commit_txn"
+    assert result.exercised.get(committed) and result.exercised.get("faults"), result.exercised
+
+
+def test_an_upgrade_suites_plans_move_every_node_then_finalize_then_restart_the_java_clients():
+    # Drawn, not run: what an upgrade suite's plans hold besides their drawn load.
+    from onceproof.workloads.generate import draw_plans
+    from onceproof.workloads.plan import validate
+    from onceproof.workloads.suites import UPGRADE_TO
+    assert UPGRADES and set(UPGRADED_IN_CI) <= set(UPGRADES)
+    for name in UPGRADES:
+        suite = SUITES[name]
+        assert suite.known_good and suite.shapes == ("concurrent",)
+        for plan in draw_plans(suite.strategy(3, "concurrent"), 3, 1):
+            validate(plan)
+            entries = [e.get("fault", {}).get("f") or f"crash {e['crash']}" for e in plan["schedule"]]
+            changes = [f for f in entries if f in ("upgrade", "finalize")]
+            assert changes == ["upgrade"] * 3 + ["finalize"], entries
+            # Every fault healed, every node back, right before each change.
+            for i, f in enumerate(entries):
+                if f in ("upgrade", "finalize"):
+                    assert plan["schedule"][i - 1]["fault"] == {"f": "heal", "all": True}
+            if suite.workload == "streams":
+                continue
+            libraries = {spec.get("client") for spec in plan["clients"].values()}
+            assert libraries == {"java", "librdkafka"} or len(plan["clients"]) < 2, libraries
+            assert plan["java_client"] == UPGRADE_TO
+            java_txn = {cid for cid, spec in plan["clients"].items()
+                        if spec["client"] == "java" and spec["role"] in ("txn_producer", "pipeline",
+                                                                          "rw_txn")}
+            after = entries[entries.index("finalize") + 1:]
+            assert {f"crash {cid}" for cid in java_txn} <= set(after), (java_txn, after)
+
+
+def test_a_pass_without_what_its_claim_needs_seen_is_not_exercised():
+    # An upgrade suite whose plans committed transactions, but none after the change
+    # and none on v2: no evidence for its claim, whatever else they did.
+    from onceproof.search import HuntResult
+    needs = list(SUITES["upgrade_transactions"].evidence)
+    seen = {"commit_txn": 10, "acknowledged_writes": 30, "txns_committed_before_change": 4,
+            "txns_committed_during_change": 6}
+    result = HuntResult("upgrade_transactions", "concurrent", "", True, True, 1, None, None, "-",
+                        None, exercised=seen, needs=needs)
+    assert result.idle and result.missing == ["txns_committed_after_change",
+                                              "txns_begun_v2_after_finalize"]
+    assert result.outcome.startswith("NOT EXERCISED (none of: txns_committed_after_change")
+    seen.update(txns_committed_after_change=1, txns_begun_v2_after_finalize=1)
+    assert not result.idle and result.outcome == "passed"

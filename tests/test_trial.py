@@ -49,6 +49,44 @@ def test_faults_count_those_that_fired_not_their_undos(tmp_path):
     assert exercised(convert(path, tmp_path / "tables"))["faults"] == 2
 
 
+def test_transactions_are_counted_before_during_and_after_a_release_change(tmp_path):
+    # A commit before the upgrade, one between its two nodes, one after the finalize;
+    # then a v1 and a v2 transaction begun after transaction.version=2 was finalized.
+    # The upgrade's fail (nothing moved) counts as no change.
+    clock = iter(range(10**9, 10**12, 10**6))
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path, clock=lambda: next(clock)) as w:
+        def txn(process: str, protocol: int) -> None:
+            op = w.invoke(process, "begin_txn", {"tid": process})
+            w.ok(op, {"tid": process, "txn_protocol": protocol})
+            op = w.invoke(process, "commit_txn", {})
+            w.ok(op, {})
+        w.fault("upgrade", {"f": "upgrade", "node": 1, "to": "4.4.0"}, type="fail", error="no")
+        txn("t0", 1)
+        w.fault("upgrade", {"f": "upgrade", "node": 1, "to": "4.4.0", "releases": {"1": "4.4.0"}})
+        txn("t0", 1)
+        w.fault("upgrade", {"f": "upgrade", "node": 2, "to": "4.4.0", "releases": {"2": "4.4.0"}})
+        w.fault("finalize", {"f": "finalize", "feature": "transaction.version", "level": 2,
+                             "features": {"transaction.version": 2}})
+        txn("t0", 1)
+        txn("t1", 2)
+    seen = exercised(convert(path, tmp_path / "tables"), path)
+    assert (seen["txns_committed_before_change"], seen["txns_committed_during_change"],
+            seen["txns_committed_after_change"]) == (1, 1, 2)
+    assert seen["txns_begun_v1_after_finalize"] == 1
+    assert seen["txns_begun_v2_after_finalize"] == 1
+    # Without the history's lines, the protocols are not read; the commits still count.
+    assert "txns_begun_v2_after_finalize" not in exercised(convert(path, tmp_path / "t2"))
+
+
+def test_a_run_without_a_release_change_counts_nothing_about_one(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as w:
+        op = w.invoke("t0", "commit_txn", {})
+        w.ok(op, {})
+    assert not any("change" in k for k in exercised(convert(path, tmp_path / "tables"), path))
+
+
 def _failed_trial(folder, clients: int) -> Trial:
     """A failing trial's folder: a concurrent plan of `clients` clients (its size grows
     with them), and its history."""

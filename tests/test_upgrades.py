@@ -128,3 +128,44 @@ def test_run_refuses_an_upgrade_it_cannot_do_in_one_line_before_starting(args, w
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.output
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+@pytest.mark.parametrize("arg, words", [("4.4.0:3.9.2", "is a downgrade"),
+                                        ("3.9:4.4.0", "--upgrade takes FROM:TO"),
+                                        ("4.4.0", "--upgrade takes FROM:TO")])
+def test_versions_refuses_an_upgrade_path_it_cannot_run_in_one_line(arg, words, tmp_path):
+    from click.testing import CliRunner
+
+    from onceproof.cli import main
+    result = CliRunner().invoke(main, ["versions", "--out", str(tmp_path), "--upgrade", arg])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_version_matrix_has_a_row_per_upgrade_path(tmp_path, monkeypatch):
+    # Each upgrade row is a run that starts on the path's first release and moves every
+    # node to its second, then finalizes transaction.version=2, long enough for both;
+    # the release rows stay as they were. (The run itself is run_job's, tested apart.)
+    from rich.console import Console
+
+    from onceproof import versions
+    from onceproof.run_job import JobOptions
+    ran: list[JobOptions] = []
+    monkeypatch.setattr(versions, "run_job", lambda job, console: ran.append(job) or 0)
+    rows = versions.matrix(("4.4.0",), JobOptions(out=str(tmp_path), duration=30),
+                           Console(file=None, quiet=True), versions.UPGRADES)
+    assert versions.UPGRADES == (("3.9.2", "4.4.0"), ("4.3.1", "4.4.0"))
+    assert [r.version for r in rows] == ["4.4.0", "3.9.2 -> 4.4.0", "4.3.1 -> 4.4.0"]
+    assert [r.outcome for r in rows] == ["valid"] * 3
+    plain, *upgrades = ran
+    assert (plain.kafka_version, plain.upgrade_to, plain.finalize, plain.duration) == (
+        "4.4.0", None, {}, 30)
+    for job, (start, to) in zip(upgrades, versions.UPGRADES):
+        assert (job.kafka_version, job.upgrade_to, job.finalize) == (
+            start, to, {"transaction.version": 2})
+        assert job.duration >= versions.UPGRADE_SECONDS
+        assert job.release_change()[-1] == {"f": "finalize", "feature": "transaction.version",
+                                            "level": 2}
+    assert "3.9.2 -> 4.4.0" in versions.markdown(rows)

@@ -20,8 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from .faults import SETS
-from .ops import ABORT, COMMIT, COMMIT_OFFSETS, FETCH_OFFSETS, POLL, SEEK, SEND
+from .ops import ABORT, COMMIT, COMMIT_OFFSETS, FETCH_OFFSETS, POLL, SEEK, SEND, TRANSACTIONAL
+from .plan import JAVA, LIBRDKAFKA
 from .strategies import WORKLOADS, concurrent_plans, plans
+from .upgrades import (
+    alternate_libraries,
+    heal_before_changes,
+    restart_after_finalize,
+    with_release_change,
+)
 
 # A concurrent suite plan: 10-30 s of nine clients, a fault about every 6 s and a client
 # crash about every 15 s. Shrinking shortens it toward 10 s and drops faults and clients.
@@ -48,17 +55,65 @@ class Suite:
     since: str = ""  # the first Kafka release the suite applies to, and why (after a colon)
     # The plan shapes a search can find its failure in; more than one, a side by side.
     shapes: tuple[str, ...] = ("rounds", "concurrent")
+    # An upgrade under load (docs/plans.md, "Upgrades"): the release the suite's cluster
+    # starts on (a fresh cluster of its own; empty: the session's), the release every
+    # node moves to during each plan, one after another, and the features finalized
+    # after the last node ({name: level}, one step each).
+    kafka: str = ""
+    upgrade_to: str = ""
+    finalize: dict = field(default_factory=dict)
+    # The client libraries a plan's clients are spread over (upgrades.alternate_
+    # libraries), so each runs each role; empty: as the plan says.
+    libraries: tuple[str, ...] = ()
 
     def strategy(self, nodes: int = 3, mode: str = "rounds"):
-        """Plans of either shape, with the same workload, configs, op mix and faults."""
+        """Plans of either shape, with the same workload, configs, op mix and faults; a
+        suite that changes releases adds its upgrade and finalizations to each."""
         if mode == "concurrent":
-            return concurrent_plans(self.workload, faults=self.faults, duration=self.seconds,
-                                    nodes=nodes, interval=self.interval,
-                                    crash_every=self.crash_every,
-                                    config=self.config, options=self.options)
-        return plans(self.workload, faults=self.faults, fault_percent=self.fault_percent,
-                     max_rounds=self.max_rounds, nodes=nodes, config=self.config,
-                     options=self.options)
+            drawn = concurrent_plans(self.workload, faults=self.faults, duration=self.seconds,
+                                     nodes=nodes, interval=self.interval,
+                                     crash_every=self.crash_every,
+                                     config=self.config, options=self.options)
+        else:
+            drawn = plans(self.workload, faults=self.faults, fault_percent=self.fault_percent,
+                          max_rounds=self.max_rounds, nodes=nodes, config=self.config,
+                          options=self.options)
+        if not (self.libraries or self.changes_release):
+            return drawn
+        return drawn.map(lambda plan: self.with_change(plan, nodes))
+
+    @property
+    def changes_release(self) -> bool:
+        return bool(self.upgrade_to or self.finalize)
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """What a pass of this suite needs its plans to have shown, besides a write
+        acknowledged or something committed (trial.exercised's names): for an upgrade of
+        transactional clients, transactions committed before the change, while it went
+        on and after it, and, once transaction.version=2 is finalized, transactions the
+        Java client began on v2. (A Streams application's transactions are its own, out
+        of the history's sight: its committed inputs are its evidence.)"""
+        if not self.changes_release or self.workload == "streams":
+            return ()
+        return (*(f"txns_committed_{when}_change" for when in ("before", "during", "after")),
+                *(("txns_begun_v2_after_finalize",) if JAVA in self.libraries
+                  and (self.finalize.get("transaction.version") or 0) >= 2 else ()))
+
+    def with_change(self, plan: dict, nodes: int) -> dict:
+        """plan on the suite's libraries (Java on the release the nodes move to), with
+        its upgrade and finalizations spread over it, every fault healed before each, and
+        its Java transactional clients restarted after the last finalize."""
+        plan = alternate_libraries(plan, self.libraries)
+        if not self.changes_release:
+            return plan
+        if self.upgrade_to and JAVA in self.libraries:
+            # The Java client of the release the nodes move to (4.x speaks protocol v2),
+            # not of the one they start on.
+            plan = {**plan, "java_client": self.upgrade_to}
+        plan = heal_before_changes(with_release_change(
+            plan, nodes, self.upgrade_to or None, self.finalize, *UPGRADE_PACE))
+        return restart_after_finalize(plan, TRANSACTIONAL, JAVA)
 
     @property
     def known_good(self) -> bool:
@@ -76,6 +131,8 @@ class Suite:
         from .faults import cannot, kind_of
         if (why := cluster.refuses(self.config.get("broker", {}))):
             return None, why
+        if self.changes_release and (why := cannot("upgrade", cluster)):
+            return None, f"it upgrades the cluster's nodes: {why}"
         blocked = {name: why for name in self.faults if (why := cannot(kind_of(name), cluster))}
         if not blocked:
             return self, ""
@@ -133,6 +190,26 @@ _ACKS1 = {"topics": {"t": {"partitions": 1}},
 # group notices in 6 s, so a crash lands between commits and its tasks move within a plan.
 _STREAMS_APP = {"topology": "fold", "config": {"commit.interval.ms": 1000,
                                                "session.timeout.ms": 6000}}
+
+# An upgrade under load: from the newest 3.x to the newest release, the move most
+# operators face (issue 60). A concurrent plan's nemesis fires its entries in order, so
+# a slow move delays what follows, and an entry not reached by the end of the plan does
+# not fire. A move took 23 s here (2 s to stop, 20 s for the 4.4.0 JVM to start on two
+# busy cores, then its ISR), the finalize 5 to 9 s, a restarted Java client about 10 s:
+# the moves start at 10 s, one every 20 s (back to back when slower), which leaves the
+# plan's last 20 s or more for transactions on v2.
+UPGRADE_FROM, UPGRADE_TO = "3.9.2", "4.4.0"
+UPGRADE_SECONDS = (120, 150)
+UPGRADE_PACE = (10.0, 20.0)  # the first move's second, and seconds between changes
+
+
+def _upgrade(name: str, why: str, workload: str, config: dict | None = None,
+             crash_every: float = 15.0) -> Suite:
+    return Suite(name, why, frozenset(), workload, config=config or {}, faults=SETS["mixed"],
+                 seconds=UPGRADE_SECONDS, crash_every=crash_every, shapes=("concurrent",),
+                 kafka=UPGRADE_FROM, upgrade_to=UPGRADE_TO,
+                 finalize={"transaction.version": 2}, libraries=(JAVA, LIBRDKAFKA))
+
 
 SUITES = {s.name: s for s in [
     Suite("non_idempotent_retries",
@@ -242,6 +319,24 @@ SUITES = {s.name: s for s in [
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
+    # Upgrades under load (docs/plans.md, "Upgrades"): each starts a cluster of its own
+    # on UPGRADE_FROM, moves every node to UPGRADE_TO one after another while its
+    # clients, half on the Java client of UPGRADE_TO and half on librdkafka, run under
+    # the mixed faults, then finalizes transaction.version=2 and restarts the Java
+    # transactional clients (search.UPGRADE_EVIDENCE says what must be seen).
+    _upgrade("upgrade_transactions",
+             "transactional producers and read-write transactions, on the Java client and "
+             "librdkafka, and a read_committed consumer, through a rolling upgrade and "
+             "transaction protocol v2 turned on, under every fault: must pass", "transactions"),
+    _upgrade("upgrade_pipeline",
+             "consume-transform-produce pipelines, on the Java client and librdkafka, "
+             "through a rolling upgrade and transaction protocol v2 turned on, under every "
+             "fault: must pass", "pipeline"),
+    _upgrade("upgrade_streams",
+             "the Kafka Streams fold with exactly_once_v2 through a rolling upgrade and "
+             "transaction protocol v2 turned on, its instances killed and replaced, under "
+             "every fault: must pass", "streams",
+             config={"clients": {"s0": {"streams": _STREAMS_APP}}}, crash_every=8.0),
     # One known-good suite per request fault, on the correct configuration; and the
     # known-bad twin of duplicate_request.
     Suite("held_produce_verified",

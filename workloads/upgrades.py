@@ -18,16 +18,20 @@ def release_steps(nodes: int, to: str | None, finalize: dict) -> list[dict]:
                     for name, level in finalize.items()]
 
 
-def with_release_change(plan: dict, nodes: int, to: str | None, finalize: dict) -> dict:
+def with_release_change(plan: dict, nodes: int, to: str | None, finalize: dict,
+                        first: float | None = None, every: float | None = None) -> dict:
     """`plan` with release_steps spread over it: in a concurrent plan at even seconds
-    of its duration, in a rounds plan between its rounds at even intervals."""
+    of its duration (or, given `first` and `every`, from second `first` on, one every
+    `every` seconds), in a rounds plan between its rounds at even intervals."""
     steps = release_steps(nodes, to, finalize)
     if not steps:
         return plan
     out = copy.deepcopy(plan)
     gaps = len(steps) + 1
     if "duration" in out:
-        at = [round(out["duration"] * (i + 1) / gaps) for i in range(len(steps))]
+        at = ([min(out["duration"], round(first + i * every)) for i in range(len(steps))]
+              if first is not None and every is not None else
+              [round(out["duration"] * (i + 1) / gaps) for i in range(len(steps))])
         out["schedule"] = sorted(out.get("schedule", []) + [
             {"at": t, "fault": step} for t, step in zip(at, steps)], key=lambda e: e["at"])
         return out
@@ -37,3 +41,70 @@ def with_release_change(plan: dict, nodes: int, to: str | None, finalize: dict) 
         rounds.insert(place + offset, {"fault": step})
     return out
 
+
+
+def alternate_libraries(plan: dict, libraries: tuple[str, ...]) -> dict:
+    """`plan` with its clients spread over client libraries, so that each library runs
+    each role a workload has: a template's copies take the libraries in turn, each
+    template starting one further along (t0 on the first, t1 on the second, t0_1 on
+    the second...). A streams client stays on Kafka Streams. `libraries` empty: as is."""
+    if not libraries:
+        return plan
+    out = copy.deepcopy(plan)
+    templates: list[str] = []
+    for cid, spec in out["clients"].items():
+        base, _, k = cid.rpartition("_") if cid.rpartition("_")[2].isdigit() else (cid, "", "0")
+        if base not in templates:
+            templates.append(base)
+        if spec.get("role") != "streams":
+            spec["client"] = libraries[(templates.index(base) + int(k)) % len(libraries)]
+    return out
+
+
+def restart_after_finalize(plan: dict, roles: frozenset[str], library: str) -> dict:
+    """A concurrent `plan` whose clients of `roles` on `library` are restarted (crashed
+    and replaced under their own id) one after another right after the last finalize,
+    as an operator rolls the applications once a feature is on: a running Java producer
+    keeps the transaction protocol it started with until it connects anew
+    (docs/findings.md, 2026-12-05). A rounds plan, or one without a finalize, is as is."""
+    schedule = plan.get("schedule")
+    finals = [e["at"] for e in schedule or () if (e.get("fault") or {}).get("f") == "finalize"]
+    if not finals:
+        return plan
+    out = copy.deepcopy(plan)
+    chosen = [cid for cid, spec in out["clients"].items()
+              if spec.get("role") in roles and spec.get("client") == library]
+    out["schedule"] = sorted(out["schedule"] + [
+        {"at": min(max(finals) + 1 + i, out["duration"]), "crash": cid}
+        for i, cid in enumerate(chosen)], key=lambda e: e["at"])
+    return out
+
+
+HEAL_ALL = {"f": "heal", "all": True}
+
+
+def heal_before_changes(plan: dict) -> dict:
+    """`plan` with every fault healed, and every node resumed and started, right before
+    each upgrade, downgrade and finalize, as an operator waits for a healthy cluster
+    before touching the next node. A move waits for its node to be back in the ISR,
+    which a fault in force (a paused leader, a partition) could hold back until the
+    move gives up, while the nemesis, busy with the move, could not undo it."""
+    out = copy.deepcopy(plan)
+
+    def changes(step) -> bool:
+        return (step or {}).get("f") in ("upgrade", "downgrade", "finalize")
+    if "duration" in out:
+        schedule: list[dict] = []
+        for entry in out.get("schedule", []):
+            if changes(entry.get("fault")):
+                schedule.append({"at": entry["at"], "fault": dict(HEAL_ALL)})
+            schedule.append(entry)
+        out["schedule"] = schedule
+        return out
+    steps: list[dict] = []
+    for step in out["steps"]:
+        if changes(step.get("fault")):
+            steps.append({"fault": dict(HEAL_ALL)})
+        steps.append(step)
+    out["steps"] = steps
+    return out
