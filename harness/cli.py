@@ -140,6 +140,81 @@ def broker_config_options(f):
                              "--broker-config-file).")(f)
 
 
+def application_options(f):
+    """--producer-config and --consumer-config (KEY=VALUE, repeatable) and their files:
+    the application's own client settings, for a cluster the harness starts as for
+    yours. The command gets them as `app`, {"producer": {...}, "consumer": {...}},
+    checked (an unknown setting is refused later, once the client library is known:
+    _refuse_unknown)."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapped(*args, producer_pairs, producer_config_file, consumer_pairs,
+                consumer_config_file, **kwargs):
+        from onceproof.workloads.settings import SettingsError, parse_application
+        try:
+            app = {"producer": parse_application("producer", producer_pairs, producer_config_file),
+                   "consumer": parse_application("consumer", consumer_pairs, consumer_config_file)}
+        except SettingsError as exc:
+            raise SetupError(str(exc)) from None
+        return f(*args, app=app, **kwargs)
+
+    for kind, example in (("consumer", "max.poll.interval.ms=60000"),
+                          ("producer", "linger.ms=50")):
+        wrapped = click.option(f"--{kind}-config-file", type=click.Path(), default=None,
+                               help=f"A properties file of {kind} settings for every plan "
+                                    f"client (--{kind}-config wins over it).")(wrapped)
+        wrapped = click.option(f"--{kind}-config", f"{kind}_pairs", multiple=True,
+                               metavar="KEY=VALUE",
+                               help=f"A {kind} setting of your application's, e.g. {example}, "
+                                    "in librdkafka's names (a Java client gets Java's), for "
+                                    "every plan client (repeatable); a plan's own settings win. "
+                                    "The history's cluster op and the report list the "
+                                    "settings in force.")(wrapped)
+    return wrapped
+
+
+def _refuse_unknown(app: dict, libraries, java_release: str | None = None) -> None:
+    """Refuse, in one line and before anything starts, an application setting that a
+    client library the run uses knows under no name. The Java client is asked only when
+    its release is known (`java_release`): on a cluster you bring, its release is the
+    cluster's, and the run refuses it before its clients start."""
+    from onceproof.run.backends import (
+        Linked,
+        unknown_application_settings,
+        unknown_text,
+    )
+    from onceproof.workloads.plan import JAVA, LIBRDKAFKA
+    if not app["producer"] and not app["consumer"]:
+        return
+    for library in sorted(set(libraries)):
+        if library == LIBRDKAFKA:
+            import confluent_kafka
+            prepared = Linked(confluent_kafka.libversion()[0])
+        elif library == JAVA and java_release:
+            from onceproof.cluster.provision import ensure_java_client
+            prepared = ensure_java_client(java_release)
+        else:
+            continue
+        for kind in ("producer", "consumer"):
+            unknown = unknown_application_settings(
+                app[kind] if kind == "producer" else {}, app[kind] if kind == "consumer" else {},
+                library, prepared)
+            if unknown:
+                raise SetupError(f"--{kind}-config: {unknown_text(library, prepared, unknown)}")
+
+
+def _java_release(java_client_version: str | None, kafka_version: str | None,
+                  external) -> str | None:
+    """The Java client's release a run uses, when known before the cluster starts."""
+    if java_client_version:
+        return java_client_version
+    if external is not None:
+        return None
+    from onceproof.cluster.provision import kafka_version as release
+    return release(kafka_version)
+
+
 def value_options(f):
     """--value-bytes and --value-content: the size and content of every record value
     (a plan's mix.value_bytes and mix.value_content, run/values.py). The command gets
@@ -345,11 +420,12 @@ def _fresh_cluster(artifacts: str, nodes: int, kafka_version: str | None, extern
 @artifacts_option
 @external_options
 @known_issues_option
+@application_options
 @value_options
 def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, client: str | None,
            java_client_version: str | None, spark_master: str | None, artifacts: str, bootstrap,
            client_pairs, client_config_file, fault_commands, keep, known_issues: str,
-           values: dict) -> None:
+           app: dict, values: dict) -> None:
     """Re-run a saved plan (plan.json, a counterexample folder, or a counterexample kept as
     one file, such as tests/counterexamples/*.json) on a fresh cluster, or on yours
     (--bootstrap), and report how many runs show the anomaly it was saved for. Exit 1
@@ -365,12 +441,15 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
     folder = path if path.is_dir() else path.parent
     try:
         plan = on_client(load(folder / "plan.json" if path.is_dir() else path), client,
-                         java_client_version)
+                         java_client_version, app["producer"], app["consumer"])
         plan = with_values(plan, values["value_bytes"], values["value_content"])
         if (why := value_size_problem(plan)):
             raise PlanError(f"plan {why}")
     except PlanError as exc:
         raise SetupError(str(exc)) from None
+    from onceproof.workloads.plan import libraries
+    _refuse_unknown(app, libraries(plan), _java_release(
+        plan.get("java_client"), kafka_version, bootstrap))
     saved = folder / "verdict.json"
     # What the plan was saved for: what failed its verdict (violations, stalls), never
     # its notes, which most runs show (Verdict.failing); a run reproduces it when one of
@@ -430,9 +509,10 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
 @spark_option
 @artifacts_option
 @external_options
+@application_options
 def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, save_to, nodes,
            kafka_version, clients, spark_master, artifacts, bootstrap, client_pairs,
-           client_config_file, fault_commands, keep) -> None:
+           client_config_file, fault_commands, keep, app) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
     With --bootstrap, the suites your cluster and fault commands can run. Exit 2 when the
     harness broke in a search (its traceback is in the artifacts' errors/)."""
@@ -441,7 +521,8 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
     external = _external(bootstrap, client_pairs, client_config_file, fault_commands, keep)
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
-                   spark_master, artifacts, "Known-bad and known-good suites", external, clients)
+                   spark_master, artifacts, "Known-bad and known-good suites", external, clients,
+                   app)
     if not rows:
         raise SetupError("no suite ran: each chosen one says why above (a plan shape it is "
                          "not hunted in, or what your cluster lacks)")
@@ -540,8 +621,9 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
 @side_by_side_option
 @spark_option
 @artifacts_option
+@application_options
 def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions, nodes, clients,
-          spark_master, artifacts) -> None:
+          spark_master, artifacts, app) -> None:
     """Hunt for real bugs: correct configurations under the faults a known exposure needs
     (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
     a violation or a stall (read its counterexample op by op before reporting it:
@@ -567,7 +649,8 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
                         time_limit / len(versions) if time_limit else None,
                         ["concurrent"], nodes, version, spark_master,
                         str(Path(artifacts) / f"kafka-{version}"),
-                        "Hunts: correct configurations under targeted faults", None, clients)
+                        "Hunts: correct configurations under targeted faults", None, clients,
+                        app)
     if json_out:
         with open(json_out, "w") as f:
             json.dump([as_row(r) for r in rows], f, indent=1)
@@ -578,18 +661,21 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
 
 def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,
             nodes, kafka_version, spark_master, artifacts, title, external=None,
-            clients: tuple[str, ...] = ()) -> list:
+            clients: tuple[str, ...] = (), app: dict | None = None) -> list:
     """Search each chosen suite of registry in each mode (on each client library asked
-    for) on one fresh cluster; print and optionally save the table, a column per client."""
+    for) on one fresh cluster, every plan with the application's settings `app` under
+    its own; print and optionally save the table, a column per client."""
     import json
     import time
 
     from rich.console import Console
 
     from onceproof.search import as_row, hunt
-    from onceproof.workloads.plan import client_spec
-    for asked_client in clients:
-        client_spec(asked_client)  # an unknown one is one line (PlanError) before any cluster
+    from onceproof.workloads.plan import LIBRDKAFKA, client_spec
+    asked = [client_spec(c) for c in clients]  # an unknown one is one line before any cluster
+    app = app or {"producer": {}, "consumer": {}}
+    for library, release in asked or [(LIBRDKAFKA, None)]:
+        _refuse_unknown(app, [library], _java_release(release, kafka_version, external))
     unknown = set(only) - set(registry)
     if unknown:
         raise SetupError(f"nothing named {', '.join(sorted(unknown))} to hunt: choose from "
@@ -618,7 +704,7 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
                     on = f" on {client}" if client else ""
                     click.echo(f"hunting {suite.name} ({shape}){on} ...", err=True)
                     rows.append(hunt(suite, cluster, artifacts, spark_master, examples, budget,
-                                     replays, seed, deadline, shape, client))
+                                     replays, seed, deadline, shape, client, app))
                     if rows[-1].error:
                         click.echo(f"{suite.name} ({shape}){on}: {rows[-1].error}", err=True)
         version = cluster.version
@@ -710,7 +796,7 @@ def install(kafka_version: str | None) -> None:
 @click.option("--workload", default="pipeline", show_default=True,
               help="producers, transactions, pipeline, rewind or streams.")
 @click.option("--faults", default=None,
-              help="mixed, net, node, none, or a comma-separated list of fault kinds "
+              help="mixed, net, node, client, none, or a comma-separated list of fault kinds "
                    "(default: mixed; with --bootstrap, the node faults your --fault-command "
                    "templates can do).")
 @click.option("--runs", default=1, show_default=True, help="How many generated plans to run.")
@@ -748,11 +834,12 @@ def install(kafka_version: str | None) -> None:
 @click.option("--initial-features", "feature_pairs", multiple=True, metavar="FEATURE=LEVEL",
               help="Format the cluster with this feature level, e.g. transaction.version=1 "
                    "on 4.x, to finalize another during the run (repeatable).")
+@application_options
 def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, partitions,
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
                 java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
                 client_pairs, client_config_file, fault_commands, keep, known_issues,
-                upgrade_to, finalize_pairs, feature_pairs, values) -> None:
+                upgrade_to, finalize_pairs, feature_pairs, app, values) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -762,12 +849,16 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
     if external is not None and (broker or kafka_version):
         raise SetupError("--broker-config and --kafka-version set up a cluster the harness "
                          "starts; with --bootstrap your cluster runs as it is")
+    from onceproof.workloads.plan import JAVA, LIBRDKAFKA
+    _refuse_unknown(app, {client or LIBRDKAFKA} | ({JAVA} if workload == "streams" else set()),
+                    _java_release(java_client_version, kafka_version, external))
     code = run_job(JobOptions(workload, faults, runs, rounds, time_budget, seed, nodes,
                               kafka_version, spark_master, out, mode, duration, rate,
                               clients_per_node, partitions, interval, broker, external,
                               client, java_client_version, known_issues, upgrade_to,
                               _feature_levels("--finalize", finalize_pairs),
                               _feature_levels("--initial-features", feature_pairs),
+                              producer=app["producer"], consumer=app["consumer"],
                               value_bytes=values["value_bytes"],
                               value_content=values["value_content"]))
     sys.exit(code)
@@ -796,7 +887,7 @@ def _feature_levels(option: str, pairs: tuple[str, ...]) -> dict:
 @click.option("--workload", default="pipeline", show_default=True,
               help="producers, transactions, pipeline, rewind or streams.")
 @click.option("--faults", default="mixed", show_default=True,
-              help="mixed, net, node, none, or a comma-separated list of fault kinds.")
+              help="mixed, net, node, client, none, or a comma-separated list of fault kinds.")
 @click.option("--duration", default=30, show_default=True, help="Seconds of workload per release.")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed of the one plan every release runs.")

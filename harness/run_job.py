@@ -63,6 +63,10 @@ class JobOptions:
     upgrade_to: str | None = None
     finalize: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
+    # The application's client settings (--producer-config, --consumer-config), under
+    # each plan's own.
+    producer: dict = field(default_factory=dict)
+    consumer: dict = field(default_factory=dict)
     # Every record value's size in bytes (sizes to draw from) and content, in each
     # plan's mix (run/values.py); None: as the plans say.
     value_bytes: list[int] | None = None
@@ -148,7 +152,8 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
     strategy = opts.strategy()
     opts.release_change()
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
-    todo = [with_release_change(with_values(on_client(plan, opts.client, opts.java_client_version),
+    todo = [with_release_change(with_values(on_client(plan, opts.client, opts.java_client_version,
+                                                      opts.producer, opts.consumer),
                                             opts.value_bytes, opts.value_content),
                                 opts.nodes, opts.upgrade_to, opts.finalize)
             for plan in draw_plans(strategy, opts.runs, seed)]

@@ -60,10 +60,12 @@ class Search:
                  spark_master: str | None = None, budget: float = 600.0,
                  deadline: float | None = None,
                  on_cut: Callable[[int], None] | None = None, client: str | None = None,
-                 java_client_version: str | None = None) -> None:
+                 java_client_version: str | None = None, app: dict | None = None) -> None:
         self.name, self.cluster, self.spark_master = name, cluster, spark_master
         # The client library of every plan client that names none (pytest's --client).
         self.client, self.java_client_version = client, java_client_version
+        # The application's producer and consumer settings, under each plan's own.
+        self.app = app or {}
         self.budget, self.deadline, self.on_cut = budget, deadline, on_cut
         self.scratch = Path(artifacts) / "trials" / name
         self.errors = Path(artifacts) / "errors"
@@ -100,7 +102,8 @@ class Search:
         if self.cluster.faults or self.cluster.down_nodes:
             self.cluster.heal_all()
         self.examples += 1
-        plan = on_client(plan, self.client, self.java_client_version)
+        plan = on_client(plan, self.client, self.java_client_version,
+                         self.app.get("producer"), self.app.get("consumer"))
         trial = run_trial(plan, self.cluster, self.scratch / f"{self.examples:04d}",
                           self.spark_master)
         self.exercised.update(trial.exercised)
@@ -217,7 +220,7 @@ def shows(suite: Suite, trial: Trial) -> bool:
 def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master: str | None = None,
          max_examples: int = 10, budget: float = 600.0, replays: int = 2,
          seed: int | None = None, deadline: float | None = None,
-         mode: str = "rounds", client: str | None = None) -> HuntResult:
+         mode: str = "rounds", client: str | None = None, app: dict | None = None) -> HuntResult:
     """Search, shrink and replay one suite with plans of `mode`'s shape, every plan client
     that names no client library on `client`. No plan starts after `deadline` (a
     monotonic time); a suite the deadline stopped is `cut`, and one stopped before its
@@ -226,7 +229,7 @@ def hunt(suite: Suite, cluster: AnyCluster, artifacts: str | Path, spark_master:
     cluster could not be set up or observed) is raised once its traceback is kept."""
     library, java_release = client_spec(client) if client else (None, None)
     search = Search(search_name(suite, mode, client), cluster, artifacts, spark_master, budget,
-                    deadline, client=library, java_client_version=java_release)
+                    deadline, client=library, java_client_version=java_release, app=app)
 
     @settings(max_examples=max_examples, deadline=None, database=None,
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),

@@ -40,6 +40,7 @@ FULL = {
     "upgrade": {"to": "4.4.0", "node": 1, "clean": False, "wait": False},
     "downgrade": {"to": "3.9.2", "node": "leader", "clean": True, "wait": True},
     "finalize": {"feature": "transaction.version", "level": 2},
+    "pause_client": {"client": "p0", "ms": 25000}, "resume_client": {"client": "p0"},
 }
 
 
@@ -135,6 +136,7 @@ def test_an_unknown_kind_lists_the_registry():
 def test_selections_are_named_sets_or_lists_of_kinds_and_presets():
     assert faults.selection("mixed") == faults.SETS["mixed"]
     assert set(faults.SETS["node"]) | set(faults.SETS["net"]) == set(faults.SETS["mixed"])
+    assert faults.SETS["client"] == ("pause_client",)
     assert faults.selection("slow_acks, kill") == ("slow_acks", "kill")
     assert faults.selection("none") == ()
     with pytest.raises(faults.UnknownFault):
@@ -212,6 +214,9 @@ def test_docs_name_every_kind():
     assert "fault table in [docs/plans.md](plans.md)" in section
     shown = set(re.findall(r'"f": "(\w+)"', section))
     assert shown and shown <= set(faults.FAULTS) | {faults.REQUEST_EVENT}, shown - set(faults.FAULTS)
+    # Kinds that act on something else than the cluster say what they record there.
+    client_kinds = {k for k, f in faults.FAULTS.items() if f.family == "client"}
+    assert client_kinds and client_kinds <= shown, client_kinds - shown
 
 
 @pytest.mark.cluster
@@ -233,6 +238,9 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
         {"fault": {"f": "hold_request", "api": "Produce", "release_ms": 2000}}, send,
         {"fault": {"f": "release"}}, {"fault": {"f": "drop_response", "api": "Produce"}}, send,
         {"fault": {"f": "duplicate_request", "api": "Produce"}}, send, {"fault": {"f": "heal"}},
+        # Resumed by the step that follows, long before its own resume would fire.
+        {"fault": {"f": "pause_client", "client": "p0", "ms": 600000}},
+        {"fault": {"f": "resume_client", "client": "p0"}}, send,
     ]
     plan = {"topics": {"t": {"partitions": 1}}, "clients": {"p0": {"role": "producer"}},
             "steps": steps}
@@ -260,6 +268,7 @@ def test_a_plan_fires_every_kind_with_its_targets_resolved(cluster, tmp_path):
     assert by_f["reset_peer"]["links"] and all(l.startswith("repl-") for l in by_f["reset_peer"]["links"])
     assert by_f["cut_clients"]["links"] == ["client-3"]
     assert by_f["hold_request"]["links"] == ["client-1", "client-2", "client-3"]
+    assert by_f["pause_client"]["processes"] == by_f["resume_client"]["processes"] == ["p0"]
     acted = {e["value"]["event"] for e in nemesis if e["f"] == faults.REQUEST_EVENT}
     assert {"hold", "release", "drop_response", "duplicate"} <= acted, acted
     assert not cluster.faults  # the settle phase healed everything

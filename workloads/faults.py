@@ -28,7 +28,10 @@ streams, toxicity), request_fault(links, attributes), release_requests(), heal()
 heal_all(), leader(topic, partition), followers(topic, partition), coordinator(kind, key).
 Which kinds a cluster can do at all is `cannot`, over the cluster's lacks(primitive) (a
 cluster the harness did not start has no links of ours and runs the user's commands for
-nodes).
+nodes). A client-side fault acts on the run's client processes instead, through the
+scene's `clients`: pause(client) and resume(client or None: every paused one), each
+returning the processes it stopped or continued; and `later(seconds, step)` fires a
+step (its undo) as a nemesis op of its own that many seconds on.
 """
 from __future__ import annotations
 
@@ -64,13 +67,23 @@ class Names(Protocol):
     def client_group(self, client: str) -> str: ...
 
 
+class Clients(Protocol):
+    """The run's client processes, as a client-side fault acts on them (run/fleet.py)."""
+    def pause(self, client: str) -> list[str]: ...
+    def resume(self, client: str | None) -> list[str]: ...
+
+
 @dataclass
 class Scene:
     """What a fault acts on when it fires: the cluster (its primitives, listed above),
-    the plan's topics in plan order, and how this run names them."""
+    the plan's topics in plan order, and how this run names them; the run's client
+    processes, and a way to fire a step later (None where a run has no clients: a
+    client-side fault then acts on none)."""
     cluster: Any
     topics: list[str]  # plan names
     names: Names
+    clients: Clients | None = None
+    later: Callable[[float, dict], None] | None = None
 
 
 # ---- targets ----------------------------------------------------------------------------
@@ -164,6 +177,8 @@ class Param:
     required: bool = False
     nodes: Callable[[Any], list] | None = None  # the node references a value holds
     clients: bool = False  # the value names a client of the plan (plan.validate checks it)
+    # The roles a client it names may have (None: any role).
+    roles: frozenset[str] | None = TRANSACTIONAL
 
 
 def _one(v) -> list:
@@ -469,8 +484,15 @@ class Fault:
     first: Callable[[int], st.SearchStrategy] | None = None  # nodes -> the step drawn
     undo: Callable[[Step], Step] | None = None  # the step that undoes a drawn one
     label: Callable[[Step], str] | None = None
-    mixed: bool = True  # drawn by the named sets (mixed, net, node)
+    mixed: bool = True  # drawn by the named sets (mixed, net, node, client)
     check: Callable[[Step], str | None] | None = None  # rules across its parameters
+    # (nodes, plan) -> the step drawn, for a kind that aims at the plan's own parts (a
+    # client of it) rather than at nodes; `first` draws the others.
+    aim: Callable[[int, dict], st.SearchStrategy] | None = None
+
+    @property
+    def drawable(self) -> bool:
+        return self.first is not None or self.aim is not None
 
     def problem(self, step: Step) -> str | None:
         """What is wrong with a step of this kind, in one line, or None."""
@@ -561,7 +583,64 @@ def _heal_act(scene: Scene, step: Step) -> Step:
         scene.cluster.heal_all()
     else:
         scene.cluster.heal()
-    return dict(step)
+    resumed = scene.clients.resume(None) if scene.clients is not None else []
+    return {**step, **({"resumed": resumed} if resumed else {})}
+
+
+# ---- client-side faults -----------------------------------------------------------------
+# The harness's defaults a drawn pause is measured against: a transactional client's
+# transaction.timeout.ms (run/clients.py TXN_TIMEOUT_MS, unless its plan sets one) and
+# librdkafka's and the Java client's max.poll.interval.ms.
+DEFAULT_TIMEOUTS_MS = {"transaction.timeout.ms": 20000, "max.poll.interval.ms": 300000}
+MAX_PAUSE_MS = 600_000
+
+
+def _pause_client(scene: Scene, step: Step) -> Step:
+    """SIGSTOP every process of the client now, and have a resume_client of it fire
+    `ms` later (a heal, or the run's end, resumes it sooner)."""
+    paused = scene.clients.pause(step["client"]) if scene.clients is not None else []
+    if scene.later is not None:
+        scene.later(step["ms"] / 1000, {"f": "resume_client", "client": step["client"]})
+    return {**step, "processes": paused}
+
+
+def _resume_client(scene: Scene, step: Step) -> Step:
+    resumed = scene.clients.resume(step.get("client")) if scene.clients is not None else []
+    return {**step, "processes": resumed}
+
+
+def pause_lengths(plan: dict) -> list[int]:
+    """The pauses (ms) a strategy draws for a plan's clients: shorter and longer than
+    the transaction timeout in force (the harness's default, and any the plan sets), and
+    than any max.poll.interval.ms the plan sets; the shortest first (what shrinking
+    aims at)."""
+    configs = [plan.get("producer", {}), plan.get("consumer", {})] + [
+        c.get("config", {}) for c in plan.get("clients", {}).values()]
+    limits = {DEFAULT_TIMEOUTS_MS["transaction.timeout.ms"]}
+    for config in configs:
+        for name in DEFAULT_TIMEOUTS_MS:
+            value = config.get(name)
+            if isinstance(value, (int, str)) and str(value).isdigit() and int(value) > 0:
+                limits.add(int(value))
+    lengths = {min(MAX_PAUSE_MS, n) for limit in limits for n in (limit // 2, limit * 3 // 2)}
+    return sorted(n for n in lengths if n >= 1)
+
+
+def _pause_client_step(nodes: int, plan: dict) -> st.SearchStrategy:
+    clients = sorted(plan.get("clients", {}))
+    if not clients:
+        raise UnknownFault("pause_client needs a client of the plan; the plan has none")
+    return st.tuples(st.sampled_from(clients), st.sampled_from(pause_lengths(plan))).map(
+        lambda t: {"f": "pause_client", "client": t[0], "ms": t[1]})
+
+
+def _client_label(v: Step) -> str:
+    what = f"{v.get('f', 'pause_client')} {v.get('client', 'every client')}"
+    return what + (f" {v['ms']}ms" if "ms" in v else "")
+
+
+_CLIENT = Param("a client of the plan (any role)", lambda v: isinstance(v, str) and bool(v),
+                required=True, clients=True, roles=None)
 
 
 def _toxic(type: str, attributes: Callable[[Step], dict], streams: tuple[str, ...]
@@ -637,6 +716,19 @@ _DEFINITIONS = [
           _toxic("bandwidth", lambda s: {"rate": s["kb_per_s"]}, STREAMS),
           "until", _NETWORK, lambda nodes: st.just({"f": "bandwidth", "kb_per_s": 16}), _heal,
           _with("KB/s", "kb_per_s", "bandwidth")),
+    Fault("pause_client", "SIGSTOP every process of a client of the plan (for the Java "
+          "client, its JVM) for `ms`, then SIGCONT it (a resume_client step fired `ms` "
+          "later; a heal, or the run's end, resumes it sooner): a garbage-collection pause "
+          "or a stalled handler, shorter or longer than the client's transaction.timeout.ms "
+          "and max.poll.interval.ms", "client",
+          {"client": _CLIENT,
+           "ms": Param(f"a positive integer (milliseconds), at most {MAX_PAUSE_MS}",
+                       lambda v: _int(1)(v) and v <= MAX_PAUSE_MS, required=True)},
+          _pause_client, "until", frozenset({"resume_client", "heal"}),
+          label=_client_label, aim=_pause_client_step,
+          # Not in mixed yet: checkers/liveness.py does not yet excuse the call a pause
+          # outlasts (a late_return of the paused process). The `client` set draws it.
+          mixed=False),
     # Kinds a plan or a selection names explicitly; the named sets do not draw them.
     Fault("cut_clients", "clients can no longer reach the nodes (nodes still reach each "
           "other)", "network",
@@ -702,6 +794,11 @@ _DEFINITIONS = [
           {"all": Param("true or false", lambda v: isinstance(v, bool))}, _heal_act, "undo",
           label=lambda v: "heal all" if v.get("all") else "heal"),
     Fault("resume", "SIGCONT a paused node", "node", {"node": NODE_ID}, _on_nodes("resume"), "undo"),
+    Fault("resume_client", "SIGCONT the paused processes of a client (without `client`: of "
+          "every client)", "client",
+          {"client": Param("a client of the plan (any role); without it, every client",
+                           lambda v: isinstance(v, str) and bool(v), clients=True, roles=None)},
+          _resume_client, "undo", label=_client_label),
     Fault("start", "start a node that is down", "node", {"node": NODE_ID}, _on_nodes("start"), "undo"),
 ]
 FAULTS: dict[str, Fault] = {f.name: f for f in _DEFINITIONS}
@@ -889,11 +986,12 @@ PRESETS = {p.name: p for p in [
      Preset("duplicate_marker", "send the 1st-3rd next transaction marker request twice",
             "duplicate_request", _marker("duplicate_request"))]}
 
-DRAWN = tuple(f.name for f in _DEFINITIONS if f.first) + tuple(PRESETS)
+DRAWN = tuple(f.name for f in _DEFINITIONS if f.drawable) + tuple(PRESETS)
 SETS = {
-    "mixed": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed),
-    "node": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed and f.family == "node"),
-    "net": tuple(f.name for f in _DEFINITIONS if f.first and f.mixed and f.family == "network"),
+    "mixed": tuple(f.name for f in _DEFINITIONS if f.drawable and f.mixed),
+    "node": tuple(f.name for f in _DEFINITIONS if f.drawable and f.mixed and f.family == "node"),
+    "net": tuple(f.name for f in _DEFINITIONS if f.drawable and f.mixed and f.family == "network"),
+    "client": tuple(f.name for f in _DEFINITIONS if f.drawable and f.family == "client"),
     "none": (),
 }
 
@@ -910,8 +1008,8 @@ def cannot(kind: str, cluster) -> str | None:
     names a primitive it cannot do (`links`: any network one). heal can always run,
     since with no link broken there is nothing to heal."""
     fault = FAULTS[kind]
-    if kind == "heal":
-        return None
+    if kind == "heal" or fault.family == "client":
+        return None  # a client-side fault acts on the run's own processes, on any cluster
     if fault.family in ("network", "request"):
         return cluster.lacks("links")
     undo = [fault.undo({"f": kind, "node": 1})["f"]] if fault.undo else []
@@ -941,9 +1039,11 @@ def node_ids(step: Step) -> set[int]:
     return FAULTS[step["f"]].node_ids(step)
 
 
-def clients(step: Step) -> list[str]:
-    """The plan clients a valid fault step names (not as targets)."""
-    return [step[p] for p, spec in FAULTS[step["f"]].params.items() if spec.clients and p in step]
+def clients(step: Step) -> list[tuple[str, frozenset[str] | None]]:
+    """The plan clients a valid fault step names (not as targets), each with the roles
+    it may have (None: any)."""
+    return [(step[p], spec.roles) for p, spec in FAULTS[step["f"]].params.items()
+            if spec.clients and p in step]
 
 
 def targets(step: Step) -> list[tuple[str, str | None]]:
@@ -972,6 +1072,8 @@ def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
         first = PRESETS[name].first(nodes, plan or {})
     elif kind is not None and kind.first is not None:
         first = kind.first(nodes)
+    elif kind is not None and kind.aim is not None:
+        first = kind.aim(nodes, plan or {})
     else:
         raise UnknownFault(f"unknown fault {name}: draw one of {', '.join(DRAWN)}")
     assert kind is not None
@@ -982,7 +1084,7 @@ def drawn(name: str, nodes: int = 3, hold: st.SearchStrategy | None = None,
 
 
 def selection(spec: str) -> tuple[str, ...]:
-    """A named set (mixed, net, node, none) or a comma-separated list of kinds and presets."""
+    """A named set (mixed, net, node, client, none) or a comma-separated list of kinds and presets."""
     if spec in SETS:
         return SETS[spec]
     names = tuple(k.strip() for k in spec.split(",") if k.strip())

@@ -50,6 +50,15 @@ MIX = {"abort_percent": "percent of pipeline steps that abort (default 20)",
        "txn_ops": "ops to pick from inside a transaction: send, poll (rw_txn), commit, abort",
        "consumer_ops": "ops a consumer picks from: poll, seek, commit_offsets, fetch_offsets",
        "max_records": "most records per send (default 3)",
+       "txn_sends": "[low, high]: sends per transaction, each transaction drawing its count "
+                    "(from 1 to 50; default: a transactional client picks its ops from "
+                    "txn_ops, a pipeline polls once): a txn_producer's sends, an rw_txn's "
+                    "poll-then-send pairs, a pipeline's poll-transform-send rounds (a batch "
+                    "of input per transaction); more sends write to more partitions",
+       "txn_pause_ms": "[low, high]: milliseconds (0 to 120000) a transaction pauses, once, "
+                       "while it is open, as an application's work or a stalled handler: "
+                       "between two sends or between the last send and the commit (with "
+                       "txn_sends, the place is drawn; without, before the commit)",
        "poll_timeout": "seconds a poll waits for records (default 1, 0.2 in a read-write "
                        "transaction)",
        "commit_metadata": "sizes in bytes to pick from for the metadata a consumer "
@@ -76,6 +85,23 @@ CONSUMER_OPS = (POLL, POLL, POLL, SEEK, COMMIT_OFFSETS, FETCH_OFFSETS)
 METADATA_SIZES = 2
 # A read-write transaction ends after this many micro-ops (Jepsen's is 4).
 RW_TXN_MAX_OPS = 4
+# The bounds of mix.txn_sends and mix.txn_pause_ms (docs/plans.md).
+TXN_SENDS_MAX = 50
+TXN_PAUSE_MAX_MS = 120_000
+# What an op may carry for the application's pause before it (a send's, a commit's or
+# abort's; a process op's `pause_before` says before which of its rounds, its rounds
+# plus one being before its commit) and a pipeline's rounds per transaction.
+PAUSE_MS, PAUSE_BEFORE, ROUNDS = "pause_ms", "pause_before", "rounds"
+
+
+def range_problem(value, low: int, high: int) -> str | None:
+    """What is wrong with a mix range [low, high] within these bounds, or None."""
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in value)):
+        return f"must be [low, high], two integers, not {value!r}"
+    if not low <= value[0] <= value[1] <= high:
+        return f"must have {low} <= low <= high <= {high}, not {value!r}"
+    return None
 
 
 class Chooser(Protocol):
@@ -122,7 +148,17 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
     if role in (TXN_PRODUCER, RW_TXN):
         if "open" not in state:
             state["open"] = 0
+            if "txn_sends" in mix:
+                state.update(sends=choose.integer(*mix["txn_sends"]), sent=0, polled=0)
+            if "txn_pause_ms" in mix:
+                # Before which op of the transaction it pauses: a send after the first,
+                # or (its sends plus one) the commit.
+                k = state.get("sends", 1)
+                state.update(pause_ms=choose.integer(*mix["txn_pause_ms"]),
+                             pause_before=choose.integer(2, k + 1) if "sends" in state else 2)
             return {"f": BEGIN}
+        if "sends" in state:
+            return _shaped(role, state, choose, mix, records)
         if role == RW_TXN and state["open"] >= RW_TXN_MAX_OPS:
             choice = choose.pick((COMMIT, COMMIT, ABORT))
         else:
@@ -134,8 +170,7 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
         if choice == POLL:
             state["open"] += 1
             return {"f": POLL, "n": choose.integer(1, 10), "timeout": mix.get("poll_timeout", 0.2)}
-        del state["open"]
-        return {"f": choice}
+        return _ended(choice, state)
     if role == CONSUMER:
         choice = choose.pick(mix.get("consumer_ops", CONSUMER_OPS))
         if choice == SEEK:
@@ -151,6 +186,11 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
         op: dict = {"f": PROCESS, "n": choose.integer(1, 5)}
         if "poll_timeout" in mix:
             op["timeout"] = mix["poll_timeout"]
+        if "txn_sends" in mix:
+            op[ROUNDS] = choose.integer(*mix["txn_sends"])
+        if "txn_pause_ms" in mix:
+            op[PAUSE_MS] = choose.integer(*mix["txn_pause_ms"])
+            op[PAUSE_BEFORE] = choose.integer(2, op.get(ROUNDS, 1) + 1)
         if choose.integer(0, 99) < mix.get("abort_percent", 20):
             op["abort"] = True
         elif choose.integer(0, 99) < mix.get("crash_percent", 0):
@@ -161,9 +201,38 @@ def next_op(role: str, state: dict, choose: Chooser, mix: dict) -> dict | None:
     return None
 
 
+def _paused(op: dict, state: dict, index: int) -> dict:
+    """op, the index-th of its transaction after its begin, with the transaction's
+    pause before it if that is where the pause was drawn."""
+    if state.get("pause_before") == index and state.get("pause_ms"):
+        return {**op, PAUSE_MS: state["pause_ms"]}
+    return op
+
+
+def _ended(choice: str, state: dict) -> dict:
+    """The op that ends the open transaction (commit or abort); its state forgotten."""
+    index = state.get("sends", 1) + 1 if "sends" in state else 2
+    op = _paused({"f": choice}, state, index)
+    for key in ("open", "sends", "sent", "polled", "pause_ms", "pause_before"):
+        state.pop(key, None)
+    return op
+
+
+def _shaped(role: str, state: dict, choose: Chooser, mix: dict, records: int) -> dict:
+    """The next op of a transaction of mix.txn_sends sends: each send (an rw_txn's after
+    a poll), then a commit or an abort."""
+    if state["sent"] < state["sends"]:
+        if role == RW_TXN and state["polled"] == state["sent"]:
+            state["polled"] += 1
+            return {"f": POLL, "n": choose.integer(1, 10), "timeout": mix.get("poll_timeout", 0.2)}
+        state["sent"] += 1
+        return _paused({"f": SEND, "n": choose.integer(1, records)}, state, state["sent"])
+    return _ended(choose.pick((COMMIT, COMMIT, ABORT)), state)
+
+
 def closing_op(role: str, state: dict) -> dict | None:
     """The op that ends what a client has open (a commit), or None."""
     if "open" in state:
-        del state["open"]
-        return {"f": COMMIT}
+        _ended(COMMIT, state)
+        return {"f": COMMIT}  # no pause: the application is shutting down
     return None

@@ -27,15 +27,22 @@ from .ops import (
     COMMIT_TIMEOUT,
     GROUPED,
     MIX,
+    PAUSE_BEFORE,
+    PAUSE_MS,
     PIPELINE,
+    PROCESS,
     PRODUCER,
     ROLES,
+    ROUNDS,
     RW_TXN,
     SEEK,
     SEEK_TO,
     STREAMS,
     TRANSACTIONAL,
+    TXN_PAUSE_MAX_MS,
     TXN_PRODUCER,
+    TXN_SENDS_MAX,
+    range_problem,
 )
 from .settings import settings_problem
 
@@ -60,6 +67,11 @@ COMPRESSIBLE, RANDOM = "compressible", "random"
 VALUE_CONTENTS = (COMPRESSIBLE, RANDOM)
 MIN_VALUE_BYTES, MAX_VALUE_BYTES = 32, 1 << 20
 _RELEASE = re.compile(r"\d+\.\d+\.\d+")
+# Whom a crashed client comes back as (a schedule entry's "identity"): the same
+# transactional id, which fences what the crashed one left open (the default), or a
+# fresh one, which leaves that to the coordinator's transaction timeout (Jepsen's way).
+SAME, FRESH = "same", "fresh"
+CRASH_IDENTITIES = (SAME, FRESH)
 
 
 class PlanError(ValueError):
@@ -202,19 +214,27 @@ class ScheduleEntry:
     at: float
     fault: dict | None = None
     crash: str | None = None
+    # A crash's replacement: "same" transactional id (None: as written without one) or
+    # a "fresh" one (CRASH_IDENTITIES).
+    identity: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
-    FIELDS = ("at", "fault", "crash")
+    FIELDS = ("at", "fault", "crash", "identity")
 
     @classmethod
     def from_dict(cls, d: dict) -> ScheduleEntry:
         return cls(d.get("at"), copy.deepcopy(d.get("fault")), d.get("crash"),  # type: ignore[arg-type]
-                   _extra(d, cls.FIELDS), tuple(d))
+                   d.get("identity"), _extra(d, cls.FIELDS), tuple(d))
 
     def to_dict(self) -> dict:
-        return _written(self.keys, {"at": self.at, "fault": self.fault, "crash": self.crash},
-                        self.extra)
+        return _written(self.keys, {"at": self.at, "fault": self.fault, "crash": self.crash,
+                                    "identity": self.identity}, self.extra)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether a crash's replacement comes back under a fresh transactional id."""
+        return self.identity == FRESH
 
 
 @dataclass(frozen=True)
@@ -227,6 +247,8 @@ class Mix:
     txn_ops: tuple[str, ...] | None = None
     consumer_ops: tuple[str, ...] | None = None
     max_records: int | None = None
+    txn_sends: tuple[int, int] | None = None  # [low, high] sends per transaction
+    txn_pause_ms: tuple[int, int] | None = None  # [low, high] ms of a pause in one
     poll_timeout: float | None = None
     commit_metadata: tuple[int, ...] | None = None
     commit_timeout: str | None = None  # None: "retry"
@@ -238,7 +260,8 @@ class Mix:
     keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     FIELDS = tuple(MIX)
-    LISTS = ("txn_ops", "consumer_ops", "commit_metadata", "value_bytes")
+    LISTS = ("txn_ops", "consumer_ops", "commit_metadata", "value_bytes", "txn_sends",
+             "txn_pause_ms")
 
     @classmethod
     def from_dict(cls, d: dict) -> Mix:
@@ -456,7 +479,30 @@ def validate(plan) -> Plan:
     else:
         _validate_steps(plan, bad)
     _validate_values(plan.get("mix", {}), bad)
+    _validate_txn_shape(plan.get("mix", {}), bad)
     return Plan.from_dict(plan)
+
+
+def _validate_txn_shape(mix: dict, bad) -> None:
+    """mix.txn_sends and mix.txn_pause_ms: ranges within their bounds."""
+    for key, low, high in (("txn_sends", 1, TXN_SENDS_MAX), ("txn_pause_ms", 0, TXN_PAUSE_MAX_MS)):
+        if key in mix and (problem := range_problem(mix[key], low, high)):
+            bad(f"mix.{key}", problem)
+
+
+def _op_shape_problem(op: dict) -> str | None:
+    """What is wrong with an op's pause and rounds (workloads/ops.py), or None."""
+    def count(v, low: int, high: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+    if PAUSE_MS in op and not count(op[PAUSE_MS], 0, TXN_PAUSE_MAX_MS):
+        return f"{PAUSE_MS} must be milliseconds from 0 to {TXN_PAUSE_MAX_MS}, not {op[PAUSE_MS]!r}"
+    if ROUNDS in op and (op["f"] != PROCESS or not count(op[ROUNDS], 1, TXN_SENDS_MAX)):
+        return f"{ROUNDS} is a process op's rounds per transaction, 1 to {TXN_SENDS_MAX}"
+    if PAUSE_BEFORE in op and (op["f"] != PROCESS
+                               or not count(op[PAUSE_BEFORE], 1, TXN_SENDS_MAX + 1)):
+        return (f"{PAUSE_BEFORE} is before which of a process op's rounds it pauses "
+                f"(its rounds plus one: before its commit)")
+    return None
 
 
 def value_sizes_problem(sizes) -> str | None:
@@ -589,10 +635,13 @@ def client_spec(text: str) -> tuple[str, str | None]:
     return library, release or None
 
 
-def on_client(plan: dict, library: str | None = None, java_version: str | None = None) -> dict:
+def on_client(plan: dict, library: str | None = None, java_version: str | None = None,
+              producer: dict | None = None, consumer: dict | None = None) -> dict:
     """The plan with `library` for every client that names none, and `java_version` as
-    the Java client's release (a run's --client and --java-client-version): written into
-    the plan, so that its saved copy replays the same."""
+    the Java client's release (a run's --client and --java-client-version), and the
+    application's `producer` and `consumer` settings (--producer-config,
+    --consumer-config) under the plan's own, which win: written into the plan, so that
+    its saved copy replays the same."""
     if library is not None and library not in CLIENT_LIBRARIES:
         raise PlanError(f"unknown client {library!r}: use one of {', '.join(CLIENT_LIBRARIES)} (--client)")
     if java_version is not None and not _RELEASE.fullmatch(java_version):
@@ -604,6 +653,9 @@ def on_client(plan: dict, library: str | None = None, java_version: str | None =
                           for cid, c in plan["clients"].items()}
     if java_version is not None:
         out["java_client"] = java_version
+    for key, given in (("producer", producer), ("consumer", consumer)):
+        if given:
+            out[key] = {**given, **plan.get(key, {})}
     validate(out)
     return out
 
@@ -625,6 +677,8 @@ def _validate_steps(plan: dict, bad) -> None:
                         f"a {role} runs one of {', '.join(sorted(ROLES[role]))}")
                 if op["f"] == SEEK and op.get("to") not in SEEK_TO:
                     bad(f"steps[{i}].ops.{cid}", f"seek needs \"to\": one of {', '.join(SEEK_TO)}")
+                if (problem := _op_shape_problem(op)):
+                    bad(f"steps[{i}].ops.{cid}", problem)
                 sizes = op.get("metadata", [])
                 if (not isinstance(sizes, list) or not all(
                         isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)):
@@ -661,9 +715,14 @@ def _validate_concurrent(plan: dict, bad) -> None:
                         "{\"at\": seconds, \"crash\": client}")
     for i, entry in enumerate(schedule):
         where = f"schedule[{i}]"
-        if (not isinstance(entry, dict) or set(entry) not in ({"at", "fault"}, {"at", "crash"})):
+        if (not isinstance(entry, dict) or set(entry) not in (
+                {"at", "fault"}, {"at", "crash"}, {"at", "crash", "identity"})):
             bad(where, "must be {\"at\": seconds, \"fault\": {...}} or {\"at\": seconds, "
-                       "\"crash\": client}")
+                       "\"crash\": client, \"identity\"?: \"same\" or \"fresh\"}")
+        if "identity" in entry and entry["identity"] not in CRASH_IDENTITIES:
+            bad(f"{where}.identity", f"must be {' or '.join(CRASH_IDENTITIES)} (the crashed "
+                                     f"client's transactional id, or a fresh one), not "
+                                     f"{entry['identity']!r}")
         if not (_number(entry["at"]) or entry["at"] == 0) or entry["at"] > duration:
             bad(f"{where}.at", f"must be a number of seconds from 0 to the duration ({duration}), "
                                f"not {entry['at']!r}")
@@ -681,11 +740,14 @@ def fault_problem(plan: dict, step) -> str | None:
     problem = faults.problem(step)
     if problem:
         return problem
-    for client in faults.clients(step):
+    for client, roles in faults.clients(step):
         role = plan["clients"].get(client, {}).get("role")
-        if role not in TRANSACTIONAL:
+        if roles is None and role is None:
+            return (f"{step['f']}'s client names no client of the plan: {client!r} (it has "
+                    f"{', '.join(plan['clients'])})")
+        if roles is not None and role not in roles:
             return (f"{step['f']}'s client needs a client of the plan with role "
-                    f"{' or '.join(sorted(TRANSACTIONAL))}, and {client!r} is "
+                    f"{' or '.join(sorted(roles))}, and {client!r} is "
                     + (f"a {role}" if role else "no client of the plan"))
     for name, arg in faults.targets(step):
         if name in ("txn_coordinator", "group_coordinator"):

@@ -79,12 +79,50 @@ def parse_client(pairs: tuple[str, ...] = (), file: str | Path | None = None) ->
     return settings
 
 
-def _gather(pairs: tuple[str, ...], file: str | Path | None, bad_pair) -> dict[str, str]:
+# Client settings the harness sets on each client itself (its cluster, and its
+# transactional id and group from the plan's names): an application's may not.
+OWNED_CLIENT_SETTINGS = ("bootstrap.servers", "transactional.id", "group.id")
+# Client settings whose values a record of the run does not repeat.
+SECRET_MARKS = ("sasl.", "ssl.", "password", "secret")
+
+
+def typed(value: str):
+    """A setting's text as a plan writes it: true/false as booleans, integers as numbers."""
+    if value in ("true", "false"):
+        return value == "true"
+    return int(value) if value.lstrip("-").isdigit() and value not in ("-", "") else value
+
+
+def parse_application(kind: str, pairs: tuple[str, ...] = (),
+                      file: str | Path | None = None) -> dict:
+    """An application's producer or consumer settings (`kind`) from a properties file,
+    then KEY=VALUE pairs (which win), checked, as a plan's `producer` or `consumer` map
+    would hold them; a SettingsError names what is wrong and what to do."""
+    option = f"--{kind}-config"
+    settings = _gather(pairs, file, lambda pair: f"{option} {pair!r}: write it as KEY=VALUE, "
+                                                 f"like acks=all", what=f"{kind} config")
+    owned = [k for k in settings if k in OWNED_CLIENT_SETTINGS]
+    if owned:
+        raise SettingsError(f"{option}: the harness sets {', '.join(owned)} on each client "
+                            "itself (the cluster, and names of the run's own); remove it")
+    if (problem := settings_problem(settings)):
+        raise SettingsError(f"{option}: {problem}")
+    return {k: typed(v) for k, v in settings.items()}
+
+
+def shown(settings: dict) -> dict:
+    """Settings as a record of the run shows them: a secret's value as (set)."""
+    return {k: "(set)" if any(m in k for m in SECRET_MARKS) else v
+            for k, v in settings.items()}
+
+
+def _gather(pairs: tuple[str, ...], file: str | Path | None, bad_pair,
+            what: str = "broker config") -> dict[str, str]:
     """A properties file's settings, then KEY=VALUE pairs over them; bad_pair(pair) is
     the error for a pair that is not KEY=VALUE."""
     settings: dict[str, str] = {}
     if file is not None:
-        settings.update(_read_properties(Path(file)))
+        settings.update(_read_properties(Path(file), what))
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
@@ -93,13 +131,13 @@ def _gather(pairs: tuple[str, ...], file: str | Path | None, bad_pair) -> dict[s
     return settings
 
 
-def _read_properties(path: Path) -> dict[str, str]:
+def _read_properties(path: Path, what: str = "broker config") -> dict[str, str]:
     # Java's properties format as server.properties files use it: # and ! comments,
     # key=value, key: value or key value, and a trailing backslash continuing a line.
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SettingsError(f"cannot read broker config file {path}: {exc.strerror}") from None
+        raise SettingsError(f"cannot read {what} file {path}: {exc.strerror}") from None
     out: dict[str, str] = {}
     logical = ""
     for number, raw in enumerate(text.splitlines(), 1):

@@ -19,11 +19,13 @@ from .ops import (
     PRODUCER,
     RW_TXN,
     STREAMS,
+    TRANSACTIONAL,
     TXN_PRODUCER,
     Drawn,
     closing_op,
     next_op,
 )
+from .plan import FRESH, SAME
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
@@ -167,8 +169,14 @@ def concurrent_plans(draw, workload: str = "pipeline", faults=SETS["mixed"],
                     schedule.append({"at": at + wait, "fault": step})
     if crash_every:
         for _ in range(draw(st.integers(0, int(seconds // crash_every)))):
-            schedule.append({"at": draw(st.integers(1, max(1, seconds - 1))),
-                             "crash": draw(st.sampled_from(sorted(clients)))})
+            crash: dict = {"at": draw(st.integers(1, max(1, seconds - 1))),
+                           "crash": draw(st.sampled_from(sorted(clients)))}
+            # A transactional client comes back under its own id (which fences what it
+            # left open; the simplest draw) or a fresh one (left to the coordinator).
+            if clients[crash["crash"]]["role"] in TRANSACTIONAL and draw(
+                    st.sampled_from([SAME, FRESH])) == FRESH:
+                crash["identity"] = FRESH
+            schedule.append(crash)
     plan["schedule"] = sorted(schedule, key=lambda e: e["at"])
     return plan
 

@@ -44,8 +44,13 @@ def label(f: str, value: dict) -> str:
 
 
 def _node(value: dict):
+    """Where a fault acts, to match an undo to what it undoes: a node id, or a client of
+    a client-side fault; None (a target not resolved, or no client named): anywhere."""
     node = (value or {}).get("node")
-    return node if isinstance(node, int) else None  # a target not resolved: any node
+    client = (value or {}).get("client")
+    if isinstance(client, str) and registry.category((value or {}).get("f", "")) == "client":
+        return f"client {client}"
+    return node if isinstance(node, int) else None
 
 
 def _request_what(value: dict) -> str:

@@ -179,6 +179,12 @@ def _facts(folder: Path, plan: Plan | None, h: History, verdict) -> list[tuple[s
         facts.append(("Kafka version", version))
     if had.get("clients"):
         facts.append(("client libraries", client_libraries(had["clients"])))
+    for kind, settings in (had.get("client_settings") or {}).items():
+        if kind in ("producer", "consumer"):
+            facts.append((f"{kind} settings in force", ", ".join(
+                f"{k}={v}" for k, v in settings.items())))
+    for cid, own in ((had.get("client_settings") or {}).get("clients") or {}).items():
+        facts.append((f"client {cid}'s own settings", ", ".join(f"{k}={v}" for k, v in own.items())))
     if (protocols := (verdict or {}).get("tested", {}).get("txn_protocols")):
         facts.append(("transaction protocol", txn_protocols(protocols)))
     if had.get("external"):

@@ -21,7 +21,7 @@ from onceproof.report.faults import Window
 
 OUTCOME_COLORS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e"}
 FAULT_COLORS = {"network": "#1f77b4", "request": "#d62728", "node": "#9467bd",
-                "other": "#7f7f7f"}
+                "client": "#8c564b", "other": "#7f7f7f"}
 WIDTH_IN, DPI = 13.0, 100
 _PIXELS = int(WIDTH_IN * DPI)
 _CHAR_PX = 6.5  # width of one label character at fontsize 8

@@ -10,11 +10,13 @@ conformance test then runs it beside the others.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import libversion
+from confluent_kafka import KafkaException, Producer, libversion
 
 from onceproof.run import jvm
 from onceproof.run.clients import CLIENTS
@@ -63,6 +65,30 @@ class Backend:
     says_txn_protocol: bool
 
 
+_NO_SUCH = re.compile(r'No such configuration property: "([^"]+)"')
+
+
+@lru_cache(maxsize=256)
+def _librdkafka_knows(name: str) -> bool:
+    """Whether librdkafka has a setting of this name (global or topic, producer or
+    consumer: one namespace), as its configuration says when a client is made with it
+    (no connection is made: no servers are given)."""
+    try:
+        Producer({name: "1", "log_level": 0})
+    except KafkaException as exc:
+        return _NO_SUCH.search(str(exc)) is None  # a value it refused: the name is known
+    except (TypeError, ValueError):
+        return True  # confluent-kafka's own settings (on_delivery, logger...)
+    return True
+
+
+def librdkafka_unknown(plan: dict, cid: str, prepared: Any) -> list[str]:
+    """The settings a librdkafka plan client is given that librdkafka knows under no name."""
+    spec = plan["clients"][cid]
+    given = {**plan.get("producer", {}), **plan.get("consumer", {}), **spec.get("config", {})}
+    return sorted(k for k in given if not _librdkafka_knows(k))
+
+
 def _java_install(release: str) -> str:
     from onceproof.cluster.provision import ensure_java_client
     dist = ensure_java_client(release)
@@ -76,7 +102,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend(LIBRDKAFKA, "librdkafka", "the default", HostedClient, frozenset(CLIENTS),
             install=lambda release: None,
             prepare=lambda plan, cluster: Linked(libversion()[0]),
-            unknown_settings=lambda plan, cid, prepared: [],
+            unknown_settings=librdkafka_unknown,
             says_txn_protocol=False),
     # The Java client (kafka-clients) of a release, and Kafka Streams of the same, in a
     # JVM running the agent (run/jvm.py, run/java/OnceproofAgent.java).
@@ -110,10 +136,40 @@ def prepare(plan: dict, cluster: AnyCluster) -> dict[str, Prepared]:
     for cid, spec in plan["clients"].items():
         backend = of(spec)
         if (unknown := backend.unknown_settings(plan, cid, prepared[backend.name])):
-            raise PlanError(f"plan clients.{cid}: {backend.title} {prepared[backend.name].version} "
-                            f"knows no setting {', '.join(unknown)} (a librdkafka name?); drop "
-                            "it or run the client on librdkafka")
+            said = unknown_text(backend.name, prepared[backend.name], unknown)
+            raise PlanError(f"plan clients.{cid}: {said}")
     return prepared
+
+
+def unknown_text(library: str, prepared: Prepared, unknown: list[str]) -> str:
+    """What to say of settings a backend's client does not know."""
+    backend = BACKENDS[library]
+    said = f"{backend.title} {prepared.version} knows no setting {', '.join(unknown)}"
+    if library == LIBRDKAFKA:
+        return f"{said}; drop it, or name it as librdkafka's CONFIGURATION.md does"
+    return f"{said} (a librdkafka name?); drop it or run the client on librdkafka"
+
+
+def unknown_application_settings(producer: dict, consumer: dict, library: str,
+                                 prepared: Prepared) -> list[str]:
+    """Which of an application's producer and consumer settings (--producer-config,
+    --consumer-config) a backend's client knows under no name, asked before a run."""
+    plan = {"clients": {"_": {"role": "txn_producer"}}, "producer": producer,
+            "consumer": consumer}
+    return BACKENDS[library].unknown_settings(plan, "_", prepared)
+
+
+def settings_in_force(plan: dict) -> dict:
+    """The plan-wide client settings a run's clients start from, as its history's
+    cluster op and its report list them: the harness's defaults under the plan's
+    `producer` and `consumer` (which --producer-config and --consumer-config fill), and
+    each client's own `config` over them; secrets shown as (set)."""
+    from onceproof.run.clients import consumer_settings, producer_settings
+    from onceproof.workloads.settings import shown
+    out = {"producer": shown(producer_settings(plan, {})),
+           "consumer": shown(consumer_settings(plan, {}))}
+    own = {cid: shown(spec["config"]) for cid, spec in plan["clients"].items() if spec.get("config")}
+    return {**out, **({"clients": own} if own else {})}
 
 
 def recorded(prepared: dict[str, Prepared]) -> dict[str, str]:

@@ -32,7 +32,17 @@ from onceproof.history.format import (
 from onceproof.history.writer import Recorder
 from onceproof.run.outcomes import commit_outcome, describe, error_of, send_outcome
 from onceproof.run.values import PLAIN, Shape, decode
-from onceproof.workloads.ops import CONSUMER, PIPELINE, PRODUCER, RW_TXN, TXN_PRODUCER
+from onceproof.workloads.ops import (
+    CONSUMER,
+    PAUSE_BEFORE,
+    PAUSE_MS,
+    PIPELINE,
+    PRODUCER,
+    ROUNDS,
+    RW_TXN,
+    TXN_PRODUCER,
+)
+from onceproof.workloads.ops import PROCESS as PROCESS_OP
 
 # librdkafka logs a fatal error (a fenced producer, which faults cause all the time) at
 # its most severe level, which log_level cannot silence; the history records it anyway.
@@ -108,6 +118,9 @@ class RunContext:
     # The folder where a client process whose settings ask for librdkafka's debug log
     # writes it (run/host.py; the run's client-logs/); None: the process's stderr.
     logs: str | None = None
+    # How many times each client came back under a fresh transactional id (a crash of
+    # identity "fresh", run/fleet.py): its tid's generation, 0 (absent) for the first.
+    identities: dict[str, int] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -121,13 +134,16 @@ class RunContext:
         return real[len(self.prefix):]
 
     def tid(self, client: str) -> str:
-        """The transactional id of a client (every process of it)."""
-        return f"{self.prefix}tx-{client}"
+        """The transactional id of a client: of every process of it, until a crash
+        brings it back under a fresh one (`<prefix>tx-<client>~<generation>`)."""
+        generation = self.identities.get(client, 0)
+        return f"{self.prefix}tx-{client}" + (f"~{generation}" if generation else "")
 
     def client_of_tid(self, tid: str) -> str | None:
-        """The plan client whose transactional id this is (tid's inverse), or None."""
+        """The plan client whose transactional id (of any generation) this is, or None."""
         mine = f"{self.prefix}tx-"
-        return tid[len(mine):] if tid.startswith(mine) and tid[len(mine):] in self.clients else None
+        client = tid[len(mine):].split("~")[0] if tid.startswith(mine) else ""
+        return client if client in self.clients else None
 
     def group(self, name: str) -> str:
         return f"{self.prefix}{name}"
@@ -163,7 +179,10 @@ class Client:
 
     def run(self, op: dict, lane: int = 0) -> None:
         """Run op; `lane` is which of the client's threads runs it (only a producer with
-        several `threads` has more than one)."""
+        several `threads` has more than one). An op with `pause_ms` (a transaction's
+        pause, mix.txn_pause_ms) waits that long first, its transaction open."""
+        if op.get(PAUSE_MS) and op["f"] != PROCESS_OP:
+            time.sleep(op[PAUSE_MS] / 1000)
         getattr(self, "op_" + op["f"])(op)
 
     def close(self) -> None:
@@ -754,25 +773,37 @@ class Pipeline(TxnProducer):
         self._new_consumer()
 
     def op_process(self, op):
+        """One transaction: `rounds` (default 1) of poll, transform and send, a batch of
+        input; then its offsets and the commit. A `pause_ms` waits before round
+        `pause_before` (its rounds plus one, the default: before the offsets and the
+        commit), the transaction open."""
         self.op_begin(op)
         if self.txn is None:
             return
         txn = self.txn
         self.reader.revoked.clear()
-        inputs = self.reader.op_poll({"n": op.get("n", 5), "timeout": op.get("timeout", 1.0)}, txn=txn)
-        if self.reader.revoked & {r["partition"] for r in inputs}:
-            self.must_abort = True
-        out_parts = self.ctx.partitions[self.output]
-        outputs = [{"topic": self.output, "partition": r["partition"] % out_parts, "key": r["key"],
-                    "value": self.ctx.value(), "source": r["value"]} for r in inputs]
-        for r in outputs:
-            if (size := self.shape.size(r["value"])) is not None:
-                r["size"] = size
-        if outputs:
-            _, errors = _send(self.w, self.producer, self.process, outputs, self.ctx, txn=txn,
-                              shape=self.shape)
-            for err in errors:
-                self._on_error(err)
+        rounds = op.get(ROUNDS, 1)
+        for k in range(1, rounds + 1):
+            self._pause(op, k)
+            inputs = self.reader.op_poll({"n": op.get("n", 5), "timeout": op.get("timeout", 1.0)},
+                                         txn=txn)
+            if self.reader.revoked & {r["partition"] for r in inputs}:
+                self.must_abort = True
+            out_parts = self.ctx.partitions[self.output]
+            outputs = [{"topic": self.output, "partition": r["partition"] % out_parts,
+                        "key": r["key"], "value": self.ctx.value(), "source": r["value"]}
+                       for r in inputs]
+            for r in outputs:
+                if (size := self.shape.size(r["value"])) is not None:
+                    r["size"] = size
+            if outputs and self.producer is not None:
+                _, errors = _send(self.w, self.producer, self.process, outputs, self.ctx, txn=txn,
+                                  shape=self.shape)
+                for err in errors:
+                    self._on_error(err)
+            if self.producer is None or self.must_abort:
+                break
+        self._pause(op, rounds + 1)
         positions = self.reader.known_positions()
         if self.config["offsets_in_txn"] and positions and not self.must_abort and self.producer:
             self._send_offsets(txn, positions)
@@ -789,6 +820,11 @@ class Pipeline(TxnProducer):
             self.reader.commit_positions()
         if not committed and self.config["rewind_on_abort"]:
             self._rewind()
+
+    @staticmethod
+    def _pause(op: dict, before: int) -> None:
+        if op.get(PAUSE_MS) and op.get(PAUSE_BEFORE, op.get(ROUNDS, 1) + 1) == before and before > 1:
+            time.sleep(op[PAUSE_MS] / 1000)
 
     def _rewind(self) -> None:
         """Go back to the committed offsets, so aborted input is processed again. Right

@@ -76,7 +76,8 @@ def run(plan: dict | Plan, cluster: AnyCluster, out_dir: str | Path,
                                                          error="the harness restarted toxiproxy")
         cluster.ensure_instruments()
         cluster.configure({k: setting_text(v) for k, v in plan.broker.items()})
-        writer.fault(CLUSTER, {**under_test(cluster), "clients": backends.recorded(prepared)})
+        writer.fault(CLUSTER, {**under_test(cluster), "clients": backends.recorded(prepared),
+                               "client_settings": backends.settings_in_force(raw)})
         summary: dict = {}
         try:
             # What a request fault does to single requests, from the first fault to the
@@ -106,13 +107,16 @@ def _workload(cluster: AnyCluster, ctx: RunContext, plan: Plan, on_progress: Pro
         raise PlanError(f"plan clients: the client library refused their config: {exc}") from None
     driver = load if plan.concurrent else rounds
     try:
-        summary.update(driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step),
+        summary.update(driver.drive(plan, fleet, lambda step: apply_fault(cluster, ctx, step, fleet),
                                     on_progress))
         if on_progress:
             on_progress(1, 1, "settling, final reads")
+        if fleet.paused:
+            # A client still paused at the end comes back before it closes, as a step.
+            apply_fault(cluster, ctx, {"f": "resume_client"}, fleet)
         fleet.close(plan.clients)
     finally:
-        fleet.end()
+        fleet.end()  # a client paused when the run stopped early is continued, then killed
     _settle(cluster, ctx, plan)
     _final_reads(cluster, ctx, plan)
     _final_offsets(ctx, plan)
@@ -170,11 +174,15 @@ def _create_topics(cluster: AnyCluster, ctx: RunContext, plan: dict | Plan) -> N
     raise SetupError("new topics got no leaders within 60s; see the node logs")
 
 
-def apply_fault(cluster: AnyCluster, ctx: RunContext, step: dict) -> None:
-    """Fire a fault step as an op of the nemesis; its ok value is the step as resolved."""
+def apply_fault(cluster: AnyCluster, ctx: RunContext, step: dict, fleet: Fleet | None = None) -> None:
+    """Fire a fault step as an op of the nemesis; its ok value is the step as resolved.
+    A client-side fault acts on the fleet's processes, and may fire a step of its own
+    later (a pause's resume), which the fleet cancels when it ends."""
     h = ctx.writer.invoke("nemesis", step["f"], step)
+    later = None if fleet is None else (
+        lambda seconds, then: fleet.after(seconds, lambda: apply_fault(cluster, ctx, then, fleet)))
     try:
-        resolved = faults.apply(faults.Scene(cluster, list(ctx.partitions), ctx), step)
+        resolved = faults.apply(faults.Scene(cluster, list(ctx.partitions), ctx, fleet, later), step)
     except faults.NoTarget as exc:
         ctx.writer.fail(h, str(exc), _ran(cluster))
     except Unsettled as exc:

@@ -124,7 +124,8 @@ class HostedClient:
         """Start the client's process; returns the harness's end of the connection to it
         (send, recv, close)."""
         context = {"connection": ctx.connection, "run_id": ctx.run_id,
-                   "partitions": ctx.partitions, "clients": ctx.clients, "logs": ctx.logs}
+                   "partitions": ctx.partitions, "clients": ctx.clients, "logs": ctx.logs,
+                   "identities": dict(ctx.identities)}
         ours, theirs = PROCESSES.Pipe()
         self._proc = PROCESSES.Process(target=serve, name=f"onceproof-client-{process}", daemon=True,
                                        args=(theirs, cid, spec, plan, context, process, ctx.values))
@@ -135,6 +136,21 @@ class HostedClient:
     @property
     def pid(self) -> int | None:
         return self._proc.pid
+
+    def alive(self) -> bool:
+        """Whether its process is still running (or stopped), not ended."""
+        return self._proc.exitcode is None
+
+    def signal(self, sig: int) -> bool:
+        """Send its process a signal (SIGSTOP, SIGCONT: a client-side fault); whether
+        it was there to get it."""
+        if self.pid is None or not self.alive():
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
 
     def wait_started(self) -> None:
         """Returns once the host has made its client; raises what making it raised."""

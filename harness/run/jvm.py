@@ -188,6 +188,9 @@ class JavaClient(HostedClient):
     def pid(self) -> int | None:
         return self._proc.pid
 
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
     def crash(self) -> None:
         """kill -9 of the JVM: nothing flushed, committed or aborted."""
         self._proc.kill()

@@ -45,6 +45,7 @@ class Worker:
     since: float = 0.0  # monotonic start of the current op
     ops: int = 0  # ops started
     crash: threading.Event = field(default_factory=threading.Event)
+    fresh: bool = False  # the crash asked for brings it back under a fresh transactional id
     retired: bool = False  # a hung thread left behind: when it returns, it stops
 
 
@@ -75,7 +76,7 @@ def drive(plan: Plan, fleet: Fleet, fire: Callable[[dict], None],
                 if w.crash.is_set():
                     w.crash.clear()
                     fleet.replace(w.cid, CRASHED, "crashed by the plan's schedule",
-                                  after=restart_after)
+                                  after=restart_after, fresh=w.fresh)
                     state = {}  # the new process has nothing open
                 op = next_op(spec.role, state, choose, mix)
                 if op is None:
@@ -119,6 +120,7 @@ def drive(plan: Plan, fleet: Fleet, fire: Callable[[dict], None],
                 if entry.crash is not None:
                     # The application dies as one: its first thread replaces it, and the
                     # others go on with the replacement from their next op.
+                    workers[entry.crash].fresh = entry.fresh
                     workers[entry.crash].crash.set()
                 elif entry.fault is not None:
                     fire(entry.fault)

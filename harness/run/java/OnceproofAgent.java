@@ -468,6 +468,17 @@ public final class OnceproofAgent {
         }
     }
 
+    /** Wait an op's `pause_ms` (clients.py's Client.run), if it has one. */
+    static void pause(Map<String, Object> op) {
+        long ms = integer(op, "pause_ms", 0);
+        if (ms <= 0) return;
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     static String laneProcess(String process, int lane) {
         return lane == 0 ? process : process + "~" + lane;
     }
@@ -633,6 +644,8 @@ public final class OnceproofAgent {
         }
 
         void run(Map<String, Object> op, int lane) throws Exception {
+            // A transaction's pause (mix.txn_pause_ms), its transaction open.
+            pause(op);
             switch ((String) op.get("f")) {
                 case "begin" -> begin(op);
                 case "send" -> sendOp(op);
@@ -1035,27 +1048,36 @@ public final class OnceproofAgent {
             else super.run(op, lane);
         }
 
+        /** One transaction (clients.py's Pipeline.op_process): `rounds` of poll,
+         * transform and send, a pause before round `pause_before` (rounds + 1: before the
+         * offsets and the commit), then its offsets and the commit. */
         void process(Map<String, Object> op) {
             begin(op);
             if (txn == null) return;
             String t = txn;
             reader.revoked.clear();
-            List<Map<String, Object>> inputs = reader.poll(map("n", integer(op, "n", 5), "timeout", number(op, "timeout", 1.0)), t);
-            for (Map<String, Object> r : inputs) if (reader.revoked.contains(r.get("partition"))) mustAbort = true;
-            int outParts = ctx.partitions.get(output);
-            List<Map<String, Object>> outputs = new ArrayList<>();
-            for (Map<String, Object> r : inputs) {
-                long v = ctx.value();
-                Map<String, Object> o = map("topic", output, "partition", (Integer) r.get("partition") % outParts,
-                        "key", r.get("key"), "value", v, "source", r.get("value"));
-                Integer size = ctx.values.size(v);
-                if (size != null) o.put("size", size);
-                outputs.add(o);
+            int rounds = integer(op, "rounds", 1);
+            for (int k = 1; k <= rounds; k++) {
+                pauseBefore(op, k, rounds);
+                List<Map<String, Object>> inputs = reader.poll(map("n", integer(op, "n", 5), "timeout", number(op, "timeout", 1.0)), t);
+                for (Map<String, Object> r : inputs) if (reader.revoked.contains(r.get("partition"))) mustAbort = true;
+                int outParts = ctx.partitions.get(output);
+                List<Map<String, Object>> outputs = new ArrayList<>();
+                for (Map<String, Object> r : inputs) {
+                    long v = ctx.value();
+                    Map<String, Object> o = map("topic", output, "partition", (Integer) r.get("partition") % outParts,
+                            "key", r.get("key"), "value", v, "source", r.get("value"));
+                    Integer size = ctx.values.size(v);
+                    if (size != null) o.put("size", size);
+                    outputs.add(o);
+                }
+                if (!outputs.isEmpty() && producer != null) {
+                    Sent s = send(w, producer, process, outputs, ctx, t, opTimeout);
+                    for (Throwable e : s.errors) onError(e);
+                }
+                if (producer == null || mustAbort) break;
             }
-            if (!outputs.isEmpty() && producer != null) {
-                Sent s = send(w, producer, process, outputs, ctx, t, opTimeout);
-                for (Throwable e : s.errors) onError(e);
-            }
+            pauseBefore(op, rounds + 1, rounds);
             Map<TopicPartition, Long> positions = reader.knownPositions();
             if (offsetsInTxn && !positions.isEmpty() && !mustAbort && producer != null) sendOffsets(t, positions);
             if (Boolean.TRUE.equals(op.get("crash")) && offsetsInTxn) {
@@ -1077,6 +1099,10 @@ public final class OnceproofAgent {
                 reader.commitPositions(null);
             }
             if (!committed && rewindOnAbort) rewind();
+        }
+
+        static void pauseBefore(Map<String, Object> op, int before, int rounds) {
+            if (before > 1 && integer(op, "pause_before", rounds + 1) == before) pause(op);
         }
 
         /** Come back as a restarted process would, within this one: new clients (the
