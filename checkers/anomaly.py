@@ -441,7 +441,8 @@ REGISTRY: tuple[Anomaly, ...] = (
        A client call given a timeout returned more than 5 s after that timeout, or had not
        returned that long after it when the harness gave up on it or the history ended.
        The client library bounds such calls by their timeout; an application relies on
-       that bound to stay live.""",
+       that bound to stay live. Time its process was stopped by the nemesis
+       (pause_client, until the resume that continued it) does not count.""",
        _w(process="", op="the call", txn="the call's transaction",
           detail="the call, its timeout and how long it took"),
        roles={"call": "the call"},

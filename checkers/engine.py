@@ -742,10 +742,14 @@ def collect(tables, families, local: bool = False, rows: list[Rows] | None = Non
     fact_rows = Facts([facts for _, facts in rows])
 
     ops = Path(tables.dir) / "ops.parquet"
+    faults = Path(tables.dir) / "faults.parquet"
+
+    def read_faults(columns: list[str]) -> pa.Table | None:
+        return read_table(faults, columns) if faults.exists() else None
 
     def finished(fam) -> pd.DataFrame | None:
         if hasattr(fam, "from_ops"):
-            done = fam.from_ops(lambda columns: read_table(ops, columns))
+            done = fam.from_ops(lambda columns: read_table(ops, columns), read_faults)
         else:
             facts = fact_rows.of(fam.FACTS, getattr(fam, "FACT_COLUMNS", None),
                                  getattr(fam, "FACT_CODED", ()))

@@ -448,12 +448,13 @@ def _count(column) -> dict[str, int]:
             sorted(pc.value_counts(column).to_pylist(), key=lambda c: c["values"])}
 
 
-# The tables a check reads besides the steps (engine._resolve, liveness.from_ops): all
+# The tables a check reads besides the steps (engine._resolve, liveness.from_ops, which
+# reads the faults for client pauses: a row per nemesis op, a few hundred at most): all
 # that is written when the steps are checked as they are made (`each`), whose folder
 # is thrown away after the check. The others' Parquet took seconds of the tables phase,
 # some of it on its critical path (the writes; docs/performance.md, "Figures behind the
 # code").
-CHECK_READS = ("ops",)
+CHECK_READS = ("ops", "faults")
 
 
 def write_tables(path: Path, out: Path, spool: Path,

@@ -10,8 +10,12 @@ stays open, its application stops. So it is its own severity, `liveness`, and th
 reports it apart from the safety verdict.
 
 The history says which timeout each call was given (`timeout_ms` in its invoke value);
-ops without one are not judged. Unlike every other family, this one reads the ops table
-on the driver, not the per-partition steps: a call belongs to no partition.
+ops without one are not judged. A process the nemesis stopped (`pause_client`, a
+garbage-collection pause or a slow handler) cannot keep a promise while it is stopped:
+the time a call spent stopped, from the pause's invoke to the resume (its own
+`resume_client`, or a heal) that continued the process, does not count against it.
+Unlike every other family, this one reads the ops table on the driver, not the
+per-partition steps: a call belongs to no partition.
 
 A partition that no leader answered for through the final phase, after every fault was
 undone and every node started, is the cluster's stall: its writes could be neither read
@@ -21,13 +25,14 @@ partition, from its last watermarks.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from onceproof.history.format import FETCH_OFFSETS, STREAMS
+from onceproof.history.format import FETCH_OFFSETS, HEAL, PAUSE_CLIENT, RESUME_CLIENT, STREAMS
 
 from . import coverage, engine
 from .anomaly import LIVENESS, num, of_family, witnesses
@@ -49,9 +54,11 @@ _FETCHES = pa.array([FETCH_OFFSETS, STREAMS])
 _JUDGED_BY = ["timeout_ms", "final", "f"]
 
 
-def from_ops(read: Callable[[list[str]], pa.Table]) -> pd.DataFrame:
+def from_ops(read: Callable[[list[str]], pa.Table],
+             read_faults: Callable[[list[str]], pa.Table | None] | None = None) -> pd.DataFrame:
     """late_return and unreadable_offsets anomalies of the ops table, whose columns
-    read(names) gives in Arrow (the engine's hook for families that judge whole ops).
+    read(names) gives in Arrow (the engine's hook for families that judge whole ops);
+    read_faults gives the faults table's, for the client pauses (None: none known).
 
     Only the ops these judge become pandas: the calls given a timeout and the final
     fetches of offsets (at 10M events, pandas of all 5M ops took 1.7 s, for none); and
@@ -66,7 +73,43 @@ def from_ops(read: Callable[[list[str]], pa.Table]) -> pd.DataFrame:
     ends = [pc.max(ops[c]).as_py() for c in ("invoke_time", "complete_time")]
     end = max((t for t in ends if t is not None), default=None)
     rows = engine.frame_of(ops.filter(judged))
-    return pd.DataFrame.from_records(_late(rows, end) + _unreadable(rows))
+    faults = read_faults(_FAULT_COLUMNS) if read_faults is not None else None
+    stopped = _stopped(faults, end) if faults is not None else {}
+    return pd.DataFrame.from_records(_late(rows, end, stopped) + _unreadable(rows))
+
+
+_FAULT_COLUMNS = ["f", "type", "invoke_time", "complete_time", "done_value"]
+
+
+def _stopped(faults: pa.Table, end: int | None) -> dict[str, list[tuple[int, float]]]:
+    """When each client process was (or may have been) stopped: from a pause_client's
+    invoke to the completion of the resume_client or heal after it that continued it
+    (the history's end, when none did), process -> [(start, stop)] in nanoseconds."""
+    wanted = pc.is_in(faults["f"], pa.array([PAUSE_CLIENT, RESUME_CLIENT, HEAL]))
+    rows = faults.filter(wanted).to_pylist()
+    rows.sort(key=lambda r: r["invoke_time"] or 0)
+    open_: dict[str, int] = {}
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        said = json.loads(r["done_value"]) if r["done_value"] else {}
+        if r["f"] == PAUSE_CLIENT:
+            for process in said.get("processes") or ():
+                open_.setdefault(process, r["invoke_time"])
+            continue
+        done = r["complete_time"] if r["complete_time"] is not None else r["invoke_time"]
+        ended = (said.get("processes") or ()) if r["f"] == RESUME_CLIENT else list(open_)
+        for process in ended:
+            if process in open_:
+                out.setdefault(process, []).append((open_.pop(process), done))
+    for process, start in open_.items():
+        out.setdefault(process, []).append((start, float("inf") if end is None else end))
+    return out
+
+
+def _stopped_ns(process: str, start: int, stop: float,
+                stopped: dict[str, list[tuple[int, float]]]) -> float:
+    """How long of [start, stop] the process was stopped."""
+    return sum(max(0.0, min(stop, b) - max(start, a)) for a, b in stopped.get(process, ()))
 
 
 def _unreadable(ops: pd.DataFrame) -> list[dict]:
@@ -81,14 +124,20 @@ def _unreadable(ops: pd.DataFrame) -> list[dict]:
             for _, r in stuck.iterrows()]
 
 
-def _late(ops: pd.DataFrame, end: int | None) -> list[dict]:
+def _late(ops: pd.DataFrame, end: int | None,
+          stopped: dict[str, list[tuple[int, float]]] | None = None) -> list[dict]:
     """late_return: a call not returned when the history ends (`end`: the latest time
-    in it) is judged by how long it had been running by then."""
+    in it) is judged by how long it had been running by then, less the time its
+    process was stopped (`stopped`, from _stopped)."""
     timed = ops[ops["timeout_ms"].notna()]
     if timed.empty:
         return []
     returned = timed["complete_time"].notna()
-    took = timed["complete_time"].where(returned, end) - timed["invoke_time"]
+    ended = timed["complete_time"].where(returned, end)
+    took = ended - timed["invoke_time"]
+    if stopped:
+        took = took - [_stopped_ns(p, s, e, stopped) for p, s, e in
+                       zip(timed["process"], timed["invoke_time"], ended)]
     late = took > timed["timeout_ms"] * 1_000_000 + LATE_MS * 1_000_000
     rows = []
     for (_, r), ns, done in zip(timed[late].iterrows(), took[late], returned[late]):

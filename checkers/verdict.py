@@ -362,8 +362,8 @@ def _shapes(folder: Path, found: pd.DataFrame) -> dict[str, list[dict]]:
 def _cluster(history: Path, folder: Path) -> dict:
     """What the history's cluster op says it ran on: the Kafka release and the client
     libraries with their releases (docs/history.md), or {} when it has none. From the
-    faults table when the history was converted; else from the JSONL's first line,
-    where the harness writes it (a local check writes no faults table)."""
+    faults table (a check writes it, flatten.CHECK_READS); else from the JSONL's first
+    line, where the harness writes it."""
     values: list = []
     if (folder / "faults.parquet").exists():
         import pyarrow.parquet as pq

@@ -55,6 +55,38 @@ def test_a_call_that_returns_late_is_a_stall_not_a_violation(tmp_path):
     assert v.headline == "VALID, NOT LIVE"
 
 
+def _paused(path, call, *nemesis):
+    """A history of one call of process p, and nemesis ops: (f, start s, end s, ok value)."""
+    _history(path, call)
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for op, (f, start, end, value) in enumerate(nemesis, start=100):
+        events += [{"process": "nemesis", "f": f, "type": "invoke", "op": op,
+                    "time": int(start * S), "value": {"f": f}},
+                   {"process": "nemesis", "f": f, "type": "ok", "op": op,
+                    "time": int(end * S), "value": {"f": f, **value}}]
+    events.sort(key=lambda e: e["time"])
+    path.write_text("".join(json.dumps({**e, "index": i}) + "\n" for i, e in enumerate(events)))
+    return path
+
+
+def test_the_time_a_pause_stopped_the_calls_process_does_not_count(tmp_path):
+    # A 20 s commit that took 40 s: 18 s of it with its process stopped leaves 22 s,
+    # within the timeout and its grace; stopped 5 s, 35 s is still late; a pause of
+    # another process, or of none, excuses nothing.
+    call = _commit(20_000, 0, "ok", 40)
+    stopped = {"client": "x", "processes": ["p"]}
+    cases = {
+        "excused": ([("pause_client", 10, 10.1, stopped), ("resume_client", 28, 28, stopped)], True),
+        "by a heal": ([("pause_client", 10, 10.1, stopped), ("heal", 27.5, 28, {})], True),
+        "too short": ([("pause_client", 10, 10.1, stopped), ("resume_client", 15, 15, stopped)], False),
+        "another process": ([("pause_client", 10, 10.1, {"processes": ["q"]}),
+                             ("resume_client", 28, 28, {"processes": ["q"]})], False),
+    }
+    for name, (nemesis, live) in cases.items():
+        v = check(_paused(tmp_path / f"{name}.jsonl", call, *nemesis), local=True)
+        assert v.live == live, (name, v.summary())
+
+
 def test_a_call_the_harness_gave_up_on_or_never_returned(tmp_path):
     gave_up = ("p", "send_offsets", {"timeout_ms": 20_000}, 0, "info", 30,
                "send_offsets_to_transaction did not return 30 s after it was called with a 20 s timeout")

@@ -22,6 +22,9 @@ OP_KINDS = (SEND, POLL, SEEK, ASSIGN, COMMIT_OFFSETS, FETCH_OFFSETS,
 NEMESIS = "nemesis"
 # The nemesis's first op: the cluster the run had (Kafka version, nodes, broker settings).
 CLUSTER = "cluster"
+# The nemesis's ops that stop (SIGSTOP) and continue a client's processes
+# (workloads/faults.py); their ok values name the `processes`. A heal continues them too.
+PAUSE_CLIENT, RESUME_CLIENT, HEAL = "pause_client", "resume_client", "heal"
 REQUIRED = ("index", "op", "process", "type", "f", "time")
 # Where a record, position or partition is: never negative in Kafka. A tool that
 # writes -1 (or librdkafka's -1001) for "not known" writes null instead.
