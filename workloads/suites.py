@@ -104,7 +104,7 @@ class Suite:
         """plan on the suite's libraries (Java on the release the nodes move to), with
         its upgrade and finalizations spread over it, every fault healed before each, and
         its Java transactional clients restarted after the last finalize."""
-        plan = alternate_libraries(plan, self.libraries)
+        plan = alternate_libraries(plan, self.libraries, TRANSACTIONAL)
         if not self.changes_release:
             return plan
         if self.upgrade_to and JAVA in self.libraries:

@@ -43,21 +43,23 @@ def with_release_change(plan: dict, nodes: int, to: str | None, finalize: dict,
 
 
 
-def alternate_libraries(plan: dict, libraries: tuple[str, ...]) -> dict:
-    """`plan` with its clients spread over client libraries, so that each library runs
-    each role a workload has: a template's copies take the libraries in turn, each
-    template starting one further along (t0 on the first, t1 on the second, t0_1 on
-    the second...). A streams client stays on Kafka Streams. `libraries` empty: as is."""
+def alternate_libraries(plan: dict, libraries: tuple[str, ...],
+                        transactional: frozenset[str] = frozenset()) -> dict:
+    """`plan` with its clients spread over client libraries in turn, in the plan's order:
+    the clients of `transactional` roles from the first library on, the others from the
+    second, so that even a plan of one transactional client has it on the first
+    library (the Java client, whose protocol the history shows) and its other clients
+    on the second. A streams client stays on Kafka Streams. `libraries` empty: as is."""
     if not libraries:
         return plan
     out = copy.deepcopy(plan)
-    templates: list[str] = []
-    for cid, spec in out["clients"].items():
-        base, _, k = cid.rpartition("_") if cid.rpartition("_")[2].isdigit() else (cid, "", "0")
-        if base not in templates:
-            templates.append(base)
-        if spec.get("role") != "streams":
-            spec["client"] = libraries[(templates.index(base) + int(k)) % len(libraries)]
+    turn = {True: 0, False: 1}
+    for spec in out["clients"].values():
+        if spec.get("role") == "streams":
+            continue
+        kind = spec.get("role") in transactional
+        spec["client"] = libraries[turn[kind] % len(libraries)]
+        turn[kind] += 1
     return out
 
 
