@@ -96,7 +96,8 @@ def client_options(f):
     """--client and --java-client-version: which client library the plan clients run on."""
     f = click.option("--java-client-version", default=None,
                      help="The Java client's release (kafka-clients from Maven Central; default: "
-                          "the release of the cluster under test).")(f)
+                          "the release of the cluster under test; with run --upgrade-to, the "
+                          "release it names).")(f)
     return click.option("--client", default=None, cls=_BackendsHelp)(f)
 
 

@@ -151,6 +151,10 @@ def run_job(opts: JobOptions, console: Console | None = None) -> int:
                                    if not faults.cannot(k, opts.external)) or "none"
     strategy = opts.strategy()
     opts.release_change()
+    if opts.upgrade_to and opts.java_client_version is None:
+        # Java clients of the release the cluster moves to: the starting release's
+        # (3.x) would speak transaction protocol v1 whatever is finalized.
+        opts.java_client_version = opts.upgrade_to
     seed = opts.seed if opts.seed is not None else int(time.time()) % 100000
     todo = [with_release_change(with_values(on_client(plan, opts.client, opts.java_client_version,
                                                       opts.producer, opts.consumer),
