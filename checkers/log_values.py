@@ -114,16 +114,22 @@ def unattributed(pl: PartitionLog) -> list[dict]:
     found = r["w_found"].fillna(False).to_numpy(dtype=bool)
     elsewhere = found & (r["vis"].fillna(0).to_numpy() == 0) & ~equals(r["status"], FAILED)
     r = r[~found | elsewhere]
-    return [{"type": "unattributed_read", "severity": VIOLATION, "process": row["process"],
-             "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
-             "txn": row["txn"], "witnesses": witnesses(
-                 (row["op"], "reader"),
-                 *(((row["w_op"], "writer"),) if pd.notna(row["w_op"]) else ())),
-             "detail": f"{row['process']} read value {num(row['value'])} at offset "
-                       f"{num(row['offset'])}, which "
-                       + (f"send op {num(row['w_op'])} wrote to another partition"
-                          if pd.notna(row["w_op"]) else "no send wrote")}
+    return [_bad_read("unattributed_read", row,
+                      f"send op {num(row['w_op'])} wrote to another partition"
+                      if pd.notna(row["w_op"]) else "no send wrote")
             for row in each_row(r)]
+
+
+def _bad_read(type_: str, row, which: str) -> dict:
+    """An anomaly of one record read: its reader, and the send that wrote its value
+    when one is known."""
+    return {"type": type_, "severity": VIOLATION, "process": row["process"],
+            "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
+            "txn": row["txn"], "witnesses": witnesses(
+                (row["op"], "reader"),
+                *(((row["w_op"], "writer"),) if pd.notna(row["w_op"]) else ())),
+            "detail": f"{row['process']} read value {num(row['value'])} at offset "
+                      f"{num(row['offset'])}, which {which}"}
 
 
 def corrupt(pl: PartitionLog) -> list[dict]:
@@ -135,14 +141,8 @@ def corrupt(pl: PartitionLog) -> list[dict]:
     if "corrupt" not in r:
         return []
     r = r[r["corrupt"].notna().to_numpy(dtype=bool)]
-    return [{"type": "corrupt_value", "severity": VIOLATION, "process": row["process"],
-             "op": num(row["op"]), "offset": num(row["offset"]), "value": num(row["value"]),
-             "txn": row["txn"], "witnesses": witnesses(
-                 (row["op"], "reader"),
-                 *(((row["w_op"], "writer"),) if pd.notna(row["w_op"]) else ())),
-             "detail": f"{row['process']} read value {num(row['value'])} at offset "
-                       f"{num(row['offset'])}, which differs from the value its identity "
-                       f"makes from byte {num(row['corrupt'])} on"}
+    return [_bad_read("corrupt_value", row, "differs from the value its identity makes "
+                      f"from byte {num(row['corrupt'])} on")
             for row in each_row(r)]
 
 
