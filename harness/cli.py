@@ -511,9 +511,10 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
 @artifacts_option
 @external_options
 @application_options
+@value_options
 def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, save_to, nodes,
            kafka_version, clients, spark_master, artifacts, bootstrap, client_pairs,
-           client_config_file, fault_commands, keep, app) -> None:
+           client_config_file, fault_commands, keep, app, values) -> None:
     """Hunt every known-bad configuration and check the known-good one; print the table.
     With --bootstrap, the suites your cluster and fault commands can run. Exit 2 when the
     harness broke in a search (its traceback is in the artifacts' errors/)."""
@@ -523,7 +524,7 @@ def suites(only, examples, budget, replays, seed, json_out, time_limit, mode, sa
     rows = _search(SUITES, only, examples, budget, replays, seed, json_out, time_limit,
                    ["rounds", "concurrent"] if mode == "both" else [mode], nodes, kafka_version,
                    spark_master, artifacts, "Known-bad and known-good suites", external, clients,
-                   app)
+                   _with_values(app, values))
     if not rows:
         raise SetupError("no suite ran: each chosen one says why above (a plan shape it is "
                          "not hunted in, or what your cluster lacks)")
@@ -623,8 +624,9 @@ def calibrate(only, examples, budget, replays, seed, json_out, time_limit, relea
 @spark_option
 @artifacts_option
 @application_options
+@value_options
 def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions, nodes, clients,
-          spark_master, artifacts, app) -> None:
+          spark_master, artifacts, app, values) -> None:
     """Hunt for real bugs: correct configurations under the faults a known exposure needs
     (workloads/suites.py HUNTS); print a table per Kafka release. Exit 1 when a hunt found
     a violation or a stall (read its counterexample op by op before reporting it:
@@ -638,6 +640,7 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     from onceproof.workloads.suites import HUNTS
     rows = []
     versions = versions or CI_KAFKA_VERSIONS
+    app = _with_values(app, values)
     for version in versions:
         registry = {n: h for n, h in HUNTS.items() if h.applies_to(version)}
         for name in sorted(set(only or HUNTS) & set(HUNTS) - set(registry)):
@@ -658,6 +661,21 @@ def hunts(only, examples, budget, replays, seed, json_out, time_limit, versions,
     if any(r.error for r in rows):
         sys.exit(2)  # the harness broke in a hunt: that hunt decided nothing
     sys.exit(1 if any(r.caught or r.idle for r in rows) else 0)
+
+
+def _with_values(app: dict, values: dict) -> dict:
+    """The application's settings with --value-bytes and --value-content, which a search
+    writes into each plan's mix (search.Search.run): refused in one line, before any
+    cluster starts, when values of that size do not fit Kafka's default limits."""
+    from onceproof.workloads.plan import value_size_problem, with_values
+    if values["value_bytes"] is None and values["value_content"] is None:
+        return app
+    probe = with_values({"topics": {"t": {"partitions": 1}},
+                         "clients": {"p": {"role": "producer"}}, "steps": []},
+                        values["value_bytes"], values["value_content"])
+    if (why := value_size_problem({**probe, "producer": app.get("producer") or {}})):
+        raise SetupError(f"--value-bytes: {why}")
+    return {**app, "values": values}
 
 
 def _search(registry, only, examples, budget, replays, seed, json_out, time_limit, modes,

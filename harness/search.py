@@ -39,7 +39,7 @@ from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.external import AnyCluster
 from onceproof.errors import SetupError
 from onceproof.trial import Counterexamples, Trial, run_trial
-from onceproof.workloads.plan import client_spec, load, on_client, size
+from onceproof.workloads.plan import client_spec, load, on_client, size, with_values
 from onceproof.workloads.suites import Suite
 
 
@@ -104,6 +104,9 @@ class Search:
         self.examples += 1
         plan = on_client(plan, self.client, self.java_client_version,
                          self.app.get("producer"), self.app.get("consumer"))
+        if (values := self.app.get("values")):
+            # --value-bytes and --value-content, over the plan's own.
+            plan = with_values(plan, values["value_bytes"], values["value_content"])
         trial = run_trial(plan, self.cluster, self.scratch / f"{self.examples:04d}",
                           self.spark_master)
         self.exercised.update(trial.exercised)

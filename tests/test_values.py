@@ -348,3 +348,53 @@ def test_compressed_transactional_writes_are_compressed_on_the_broker_and_read_b
         fields = b.split()
         count, size = (int(fields[fields.index(k) + 1]) for k in ("count:", "size:"))
         assert size < count * 2048 / 4, b
+
+
+# -- suites and hunts -------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["suites", "hunts"])
+@pytest.mark.parametrize("args, words", [
+    (["--value-bytes", "0"], "--value-bytes must each be from 32"),
+    (["--value-bytes", "100", "--value-content", "zeros"],
+     "--value-content must be compressible or random, not 'zeros'"),
+    (["--value-bytes", "1048576"], "needs 1048704 bytes a record with its headers, above "
+                                   "topic t's max.message.bytes 1048588")])
+def test_suites_and_hunts_refuse_value_settings_in_one_line_before_anything_starts(
+        tmp_path, command, args, words):
+    from click.testing import CliRunner
+
+    from onceproof.cli import main
+    done = CliRunner().invoke(main, [command, *args, "--only", "correct_transactions"
+                                     if command == "suites" else "nothing",
+                                     "--artifacts", str(tmp_path / "a")])
+    assert done.exit_code == 2, done.output
+    assert words in done.output and done.output.count("\n") == 1
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_search_writes_the_value_settings_into_every_plan_it_runs(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from onceproof import search as S
+    ran: list[dict] = []
+    # What the search hands its trial (the trial itself is the cluster tests' business).
+    monkeypatch.setattr(S, "run_trial", lambda plan, *a, **k: ran.append(plan) or
+                        SimpleNamespace(exercised={}))
+    search = S.Search("s", SimpleNamespace(faults=(), down_nodes=()), tmp_path,
+                      app={"producer": {}, "consumer": {},
+                           "values": {"value_bytes": [100, 2000], "value_content": "random"}})
+    search.run(_plan())
+    assert ran[0]["mix"]["value_bytes"] == [100, 2000]
+    assert ran[0]["mix"]["value_content"] == "random"
+
+
+def test_the_large_values_suite_draws_16_kib_compressible_lz4_plans_in_both_shapes():
+    from onceproof.workloads.generate import draw_plans
+    from onceproof.workloads.suites import SUITES
+    suite = SUITES["large_values_compressed"]
+    assert suite.known_good
+    for mode in ("rounds", "concurrent"):
+        plan = draw_plans(suite.strategy(mode=mode), 1, 0)[0]
+        assert largest_value(plan) == 16384, mode
+        assert validate(plan).mix.value_content == "compressible"
+        assert plan["producer"]["compression.type"] == "lz4"

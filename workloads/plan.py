@@ -65,6 +65,8 @@ CLIENT_LIBRARIES = (LIBRDKAFKA, JAVA)
 # at least room for the identity and its header, at most 1 MiB.
 COMPRESSIBLE, RANDOM = "compressible", "random"
 VALUE_CONTENTS = (COMPRESSIBLE, RANDOM)
+# The mix's keys of a record value's settings.
+VALUE_SETTINGS = ("value_bytes", "value_content")
 MIN_VALUE_BYTES, MAX_VALUE_BYTES = 32, 1 << 20
 _RELEASE = re.compile(r"\d+\.\d+\.\d+")
 # Whom a crashed client comes back as (a schedule entry's "identity"): the same

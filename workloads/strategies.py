@@ -25,7 +25,7 @@ from .ops import (
     closing_op,
     next_op,
 )
-from .plan import FRESH, SAME
+from .plan import FRESH, SAME, VALUE_SETTINGS
 
 # What each workload runs: its topics and clients. Suites (workloads/suites.py) override
 # configs to make known-bad or known-good applications out of the same shapes.
@@ -76,13 +76,16 @@ def plans(draw, workload: str = "pipeline", faults=SETS["mixed"], min_rounds: in
 
     config may set "topics", "producer", "consumer" (plan-wide client config),
     "broker" (broker settings) and "clients" (per-client spec overrides); options tune
-    op mixes (abort_percent, crash_percent, consumer_ops)."""
+    op mixes (abort_percent, crash_percent, consumer_ops), and their record value
+    settings (value_bytes, value_content) go into the plan's mix as in concurrent plans."""
     base = WORKLOADS[workload]
     config, options = config or {}, options or {}
     topics = config.get("topics", base["topics"])
     clients = {cid: {**spec, **config.get("clients", {}).get(cid, {})}
                for cid, spec in base["clients"].items()}
     plan = {"topics": topics, "clients": clients, "steps": []}
+    if values := {k: options[k] for k in VALUE_SETTINGS if k in options}:
+        plan["mix"] = values
     for key in ("producer", "consumer", "broker"):
         if key in config:
             plan[key] = config[key]

@@ -319,6 +319,16 @@ SUITES = {s.name: s for s in [
     Suite("correct_transactions",
           "transactional producers and a read_committed consumer under every fault",
           frozenset(), "transactions", faults=SETS["mixed"], fault_percent=40),
+    # Records the size of application data, compressed (issue 59): the brokers'
+    # decompression and validation of compressed transactional batches under every
+    # fault, each value read back checked byte for byte (corrupt_value).
+    Suite("large_values_compressed",
+          "transactional producers and read-write transactions writing 16 KiB "
+          "compressible values with lz4, and a read_committed consumer, under every fault: "
+          "must pass, every value read back byte for byte",
+          frozenset(), "transactions", config={"producer": {"compression.type": "lz4"}},
+          options={"value_bytes": 16384, "value_content": "compressible"},
+          faults=SETS["mixed"], fault_percent=40),
     # Upgrades under load (docs/plans.md, "Upgrades"): each starts a cluster of its own
     # on UPGRADE_FROM, moves every node to UPGRADE_TO one after another while its
     # clients, half on the Java client of UPGRADE_TO and half on librdkafka, run under
