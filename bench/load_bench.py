@@ -7,7 +7,7 @@ OUT/load_bench.json; asserts nothing.
 
     python bench/load_bench.py [--duration 60] [--workload pipeline] [--faults mixed]
                                [--rate OPS] [--no-null-recorder] [--no-check] [--spark]
-                               [--kafka-toxic-pairs N]
+                               [--kafka-toxic-pairs N] [--value-bytes N[,N...]]
 
 One plan is drawn from --seed and run with its history recorded, then (unless
 --no-null-recorder) run again on the same cluster with a recorder that writes nothing:
@@ -15,6 +15,19 @@ the ratio of their client throughputs is what recording costs. Under faults the 
 runs also differ by what each fault happened to hit (a partition can stall every client
 for seconds), so for the recording cost alone use --faults none. The system under test
 is nondeterministic: compare several invocations, not one.
+
+--value-bytes 100,1024,16384 measures the plan's writes at each record value size
+instead (run/values.py; compressible values unless --value-content random): for each
+client library and each size, the harness's client ops/s, records/s and MB/s of values,
+then a bare client on the same cluster writing the same number of records of that size
+to a topic of the same partitions, with the plan's producer settings and no harness:
+for librdkafka a plain confluent-kafka producer loop (bench/bare_producer.py, one
+process, every send in flight) and, apart, the same producer in the harness's op shape
+(as many processes as the plan has producers, each send of 1-3 records awaited before
+the next); for the Java client Kafka's own kafka-producer-perf-test (ProducerPerformance,
+one JVM, with the agent's JVM options). It prints the ratios harness / bare of the
+records/s, and writes the figures to OUT/value_sizes.json. Use --workload producers
+--faults none to compare writes alone.
 
 --kafka-toxic-pairs N then runs the plan N more times in pairs, A B A B: without a toxic,
 then with the kafka toxic (the request faults' toxic, harness/cluster/kafkatoxic) on
@@ -26,10 +39,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import click
@@ -45,12 +60,21 @@ from onceproof.cluster.cluster import Cluster
 from onceproof.history.format import NEMESIS
 from onceproof.history.writer import HistoryWriter
 from onceproof.run.backends import BACKENDS
+from onceproof.run.clients import producer_settings
 from onceproof.run.execute import run
 from onceproof.run.fleet import CRASHED, ERROR, HUNG
 from onceproof.trial import exercised
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.plan import PlanError, on_client, save
+from onceproof.workloads.ops import PRODUCER
+from onceproof.workloads.plan import (
+    VALUE_CONTENTS,
+    PlanError,
+    on_client,
+    save,
+    value_sizes_problem,
+    with_values,
+)
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans
 
 FINAL = "final"  # the process of the harness's final reads (run/execute.py)
@@ -196,7 +220,9 @@ def history_figures(plan: dict, folder: Path) -> tuple[dict, pd.DataFrame]:
         "history_events": read_manifest(tables)["stats"]["events"],
         "convert_seconds": round(converted, 1),
     }
-    done["role"] = [plan["clients"][re.sub(r"\.\d+$", "", p)]["role"] for p in done["process"]]
+    # A process is its client's id, then a replacement's .N and a thread's ~N.
+    done["role"] = [plan["clients"][re.sub(r"(\.\d+)?(~\d+)?$", "", p)]["role"]
+                    for p in done["process"]]
     done["ms"] = (done["complete_time"] - done["invoke_time"]) / 1e6
     by = done.groupby(["role", "f"])["ms"]
     latency = by.quantile([0.5, 0.9, 0.99]).unstack().set_axis(["p50", "p90", "p99"], axis=1)
@@ -259,6 +285,18 @@ def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
         raise click.BadParameter(str(exc)) from None
 
 
+def parse_value_sizes(ctx, param, spec: str | None) -> list[int] | None:
+    if spec is None:
+        return None
+    try:
+        sizes = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"sizes in bytes separated by commas, not {spec!r}") from None
+    if (problem := value_sizes_problem(sizes)):
+        raise click.BadParameter(problem)
+    return sizes
+
+
 @click.command(help=__doc__.splitlines()[0])
 @click.option("--duration", type=click.IntRange(1), default=60, show_default=True, help="seconds")
 @click.option("--workload", type=click.Choice(list(WORKLOADS)), default="pipeline", show_default=True)
@@ -281,24 +319,42 @@ def fault_kinds(ctx, param, spec: str) -> tuple[str, ...]:
               show_default=True,
               help="then run the plan N times without and N times with the kafka toxic on "
                    "every link, matching nothing, alternating, and print both ops/s")
+@click.option("--value-bytes", "value_sizes", default=None, callback=parse_value_sizes,
+              metavar="N[,N...]",
+              help="measure the plan's writes at each of these record value sizes instead, "
+                   "beside a bare client writing as many records of that size")
+@click.option("--value-content", type=click.Choice(VALUE_CONTENTS), default="compressible",
+              show_default=True, help="what fills the values of --value-bytes")
+@click.option("--max-records", type=click.IntRange(1), default=None,
+              help="most records per send op (the plan's mix.max_records) [default: 3]")
+@click.option("--threads", type=click.IntRange(1, 16), default=None,
+              help="threads of each producer client, each with a send in flight "
+                   "(a client's `threads`) [default: 1]")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("load-bench"), show_default=True)
 def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
-         null_recorder, do_check, spark, libraries, toxic_pairs, out) -> None:
+         null_recorder, do_check, spark, libraries, toxic_pairs, value_sizes, value_content,
+         max_records, threads, out) -> None:
     console = Console()
     nodes = 3
     try:
         plan = draw_plans(concurrent_plans(
             workload, faults=kinds, duration=(duration, duration),
             clients_per_node=clients_per_node, partitions=partitions, rate=rate,
-            min_clients=clients_per_node * nodes), 1, seed)[0]
+            min_clients=clients_per_node * nodes,
+            options={"max_records": max_records} if max_records else None), 1, seed)[0]
     except PlanError as exc:
         raise click.UsageError(str(exc)) from None
+    if threads:
+        for spec in plan["clients"].values():
+            if spec["role"] == PRODUCER:
+                spec["threads"] = threads
     out.mkdir(parents=True, exist_ok=True)
     save(plan, out / "plan.json")
     base: dict = {"workload": workload, "faults": ",".join(kinds) or "none", "seed": seed, "rate": rate,
                   "duration": duration, "clients": len(plan["clients"]),
-                  "schedule": len(plan["schedule"])}
+                  "schedule": len(plan["schedule"]), "max_records": max_records or 3,
+                  "threads": threads or 1}
     results = {}
     # The cluster's data is not a figure; it stays out of OUT.
     with tempfile.TemporaryDirectory(prefix="onceproof-bench-") as root, \
@@ -306,6 +362,15 @@ def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
         console.print(f"cluster ready: Kafka {cluster.dist.version}; running {len(plan['clients'])} "
                       f"clients for {duration} s, {len(plan['schedule'])} scheduled events, "
                       f"after a {WARMUP} s warm-up, on {', '.join(libraries)}")
+        if value_sizes:
+            sized = {library: measure_sizes(console, plan, library, value_sizes, value_content,
+                                            cluster, out / library)
+                     for library in libraries}
+            figures = {**base, "value_content": value_content, "by_client": sized}
+            (out / "value_sizes.json").write_text(json.dumps(figures, indent=1, default=int))
+            Console(width=max(150, console.width)).print(sizes_table(figures))
+            console.print(f"figures in {out / 'value_sizes.json'}")
+            return
         for library in libraries:
             mine = out / library if len(libraries) > 1 else out
             results[library] = measure(on_client(plan, library), cluster, mine, null_recorder)
@@ -329,6 +394,145 @@ def main(duration, workload, kinds, clients_per_node, partitions, rate, seed,
             side.add_row(library, str(rec["client_ops_per_s"]), str(rec["cpu_percent"]),
                          str(rec["cpu_ms_per_op"]), str(rec["pss_max_mib"]))
         console.print(side)
+
+
+def measure_sizes(console: Console, plan: dict, library: str, sizes: list[int], content: str,
+                  cluster, out: Path) -> list[dict]:
+    """The plan's figures on one client library at each value size, each beside a bare
+    client's writing as many records of that size (module docstring)."""
+    plan = on_client(plan, library)
+    run({**plan, "duration": WARMUP, "schedule": []}, cluster, out / "warmup",
+        on_progress=None, writer=NullRecorder())
+    rows = []
+    for size in sizes:
+        sized = with_values(plan, [size], content)
+        folder = out / str(size)
+        with Usage() as usage:
+            run(sized, cluster, folder, on_progress=None, writer=None)
+        figures, _ = history_figures(sized, folder)
+        row = {"size": size, "client_ops_per_s": figures["client_ops_per_s"],
+               "records": figures["records_written"],
+               "records_per_s": figures["records_written_per_s"],
+               "mb_per_s": round(figures["records_written_per_s"] * size / 1e6, 2),
+               "harness_cpu_percent": usage.figures()["cpu_percent"], "bare": {}}
+        n = max(1, row["records"])
+        bare = bare_runs(plan, library, cluster, size, n)
+        for name, got in bare.items():
+            rate = got["records"] / got["seconds"] if got["seconds"] else None
+            row["bare"][name] = {**got, "records_per_s": round(rate, 1) if rate else None,
+                                 "mb_per_s": round(rate * size / 1e6, 2) if rate else None,
+                                 "ratio": round(row["records_per_s"] / rate, 3) if rate else None}
+        console.print(f"{library}, {size} B: harness {row['records_per_s']} records/s; bare "
+                      + ", ".join(f"{k} {v['records_per_s']}" for k, v in row["bare"].items()))
+        rows.append(row)
+    return rows
+
+
+def _bare_topic(plan: dict, cluster) -> tuple[str, int]:
+    """A fresh topic for a bare client, with the partitions and replicas of the plan's
+    first topic."""
+    from confluent_kafka.admin import NewTopic
+    spec = next(iter(plan["topics"].values()))
+    name, parts = f"bare-{uuid.uuid4().hex[:8]}", spec.get("partitions", 1)
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(name, parts, spec.get("replicas") or min(3, cluster.n))]
+                        )[name].result(30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        if meta and len(meta.partitions) == parts and all(
+                p.leader >= 0 for p in meta.partitions.values()):
+            break
+        time.sleep(0.25)
+    return name, parts
+
+
+def bare_runs(plan: dict, library: str, cluster, size: int, records: int) -> dict:
+    """{name: {"records", "seconds"}} of the bare clients of `library` writing `records`
+    records of `size` bytes."""
+    writer = next((spec for spec in plan["clients"].values() if spec["role"] == PRODUCER),
+                  {"role": PRODUCER})
+    settings = producer_settings(plan, writer)
+    if library == "java":
+        return {"perf-test": _java_perf_test(plan, cluster, settings, size, records)}
+    # A producer's sends in flight: one per thread (its lanes share one producer in the
+    # harness; here each is a process of its own).
+    lanes = sum(spec.get("threads", 1) for spec in plan["clients"].values()
+                if spec["role"] == PRODUCER) or 1
+    return {"async loop": _bare_librdkafka(plan, cluster, settings, size, records, "async", 1),
+            f"op shape, {lanes} senders": _bare_librdkafka(plan, cluster, settings, size,
+                                                           records, "ops", lanes)}
+
+
+def _bare_librdkafka(plan: dict, cluster, settings: dict, size: int, records: int,
+                     shape: str, processes: int) -> dict:
+    topic, parts = _bare_topic(plan, cluster)
+    script = Path(__file__).with_name("bare_producer.py")
+    shares = [records // processes + (i < records % processes) for i in range(processes)]
+    procs = []
+    for i, share in enumerate(shares):
+        spec = {"connection": cluster.connection(), "topic": topic, "partitions": parts,
+                "settings": {**settings, "log_level": 0}, "records": share, "size": size,
+                "shape": shape, "max_records": plan.get("mix", {}).get("max_records", 3),
+                "seed": i}
+        procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(spec)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:  # every one connected: all start together
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    done = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    return {"records": sum(d["records"] for d in done), "failed": sum(d["failed"] for d in done),
+            "seconds": round(max(d["end"] for d in done) - min(d["start"] for d in done), 3)}
+
+
+def _java_perf_test(plan: dict, cluster, settings: dict, size: int, records: int) -> dict:
+    """Kafka's kafka-producer-perf-test on the Java client of the cluster's release, with
+    the plan's producer settings under the Java client's names and the agent's JVM
+    options; its first tenth of the records (at most 1,000) a warm-up it leaves out."""
+    from onceproof.cluster.provision import ensure_kafka_tools
+    from onceproof.run.jvm import JVM_OPTIONS, java_config
+    topic, _ = _bare_topic(plan, cluster)
+    warmup = min(1000, records // 10)
+    tools = ensure_kafka_tools(cluster.version)
+    props = {**java_config(settings), **{k: str(v) for k, v in cluster.connection().items()}}
+    cmd = ["java", *JVM_OPTIONS, "-cp", tools.classpath, "org.apache.kafka.tools.ProducerPerformance",
+           "--topic", topic, "--num-records", str(records + warmup), "--record-size", str(size),
+           "--throughput", "-1", "--reporting-interval", "600000",
+           *(["--warmup-records", str(warmup)] if warmup else []),
+           "--command-property", *(f"{k}={v}" for k, v in props.items())]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # "N records sent, X records/sec (Y MB/sec), ..." overall, then, after a warm-up,
+    # the same for the steady state alone: the last such line.
+    said = [line for line in out.stdout.splitlines() if "records/sec" in line and "records sent" in line]
+    if not said:
+        raise click.ClickException(f"kafka-producer-perf-test said nothing usable: "
+                                   f"{(out.stdout + out.stderr)[-500:]}")
+    m = re.search(r"(\d+) (?:steady state )?records sent, ([\d.]+) records/sec", said[-1])
+    assert m, said[-1]
+    sent, rate = int(m.group(1)), float(m.group(2))
+    return {"records": sent, "failed": 0, "seconds": round(sent / rate, 3) if rate else 0.0,
+            "said": said[-1].strip()}
+
+
+def sizes_table(figures: dict) -> Table:
+    table = Table("client", "value", "client ops/s", "records/s", "MB/s", "bare client",
+                  "bare records/s", "bare MB/s", "harness / bare",
+                  title=f"Record value sizes ({figures['workload']}, faults {figures['faults']}, "
+                        f"{figures['value_content']} values, {figures['duration']} s a size, "
+                        f"sends of 1-{figures['max_records']} records, {figures['threads']} "
+                        f"thread(s) a producer)")
+    for library, rows in figures["by_client"].items():
+        for row in rows:
+            for i, (name, bare) in enumerate(row["bare"].items()):
+                table.add_row(*((library, f"{row['size']} B", str(row["client_ops_per_s"]),
+                                 str(row["records_per_s"]), str(row["mb_per_s"])) if i == 0
+                                else ("", "", "", "", "")),
+                              name, str(bare["records_per_s"]), str(bare["mb_per_s"]),
+                              str(bare["ratio"]))
+    return table
 
 
 def toxic_cost(console: Console, plan: dict, cluster, out: Path, pairs: int) -> None:
