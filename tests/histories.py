@@ -117,10 +117,12 @@ class History:
         asked = {"isolation": isolation}
         if group:
             asked["group"] = self._g(group)
+        # A record is (partition, offset, value), or with a fourth item the byte its
+        # reader found the value differs from what its identity makes (`corrupt`).
         got = {"isolation": isolation, "records": [
-            {"topic": self._t(topic), "partition": p, "offset": o, "key": None,
-             "value": self._v(v)}
-            for p, o, v in records]}
+            {"topic": self._t(topic), "partition": r[0], "offset": r[1], "key": None,
+             "value": self._v(r[2]), **({"corrupt": r[3]} if len(r) > 3 else {})}
+            for r in records]}
         return self._op(process, "poll", asked, got, type, txn, final)
 
     def seek(self, process, positions, type="ok", topic=None, final=False) -> int:

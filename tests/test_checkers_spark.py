@@ -144,6 +144,9 @@ def kitchen_sink(path) -> History:
     fetch = h.invoke("f", "fetch_offsets", {"group": "g", "partitions": [
         {"topic": "t", "partition": 0}]}, final=True)
     h.complete(fetch, "fail", error="Failed to get committed offsets: Local: Timed out")
+    scene("corrupt")
+    h.send("p0", [(0, 1, 0)])
+    h.poll("c0", [(0, 0, 1, 7)])
     h.close()
     return h
 
