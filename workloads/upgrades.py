@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 
+from .faults import RELEASE_KINDS
+
 
 def release_steps(nodes: int, to: str | None, finalize: dict) -> list[dict]:
     """The fault steps of the change: each node to `to`, then each feature's level."""
@@ -40,7 +42,6 @@ def with_release_change(plan: dict, nodes: int, to: str | None, finalize: dict,
     for offset, (place, step) in enumerate(zip(places, steps)):
         rounds.insert(place + offset, {"fault": step})
     return out
-
 
 
 def alternate_libraries(plan: dict, libraries: tuple[str, ...],
@@ -94,7 +95,7 @@ def heal_before_changes(plan: dict) -> dict:
     out = copy.deepcopy(plan)
 
     def changes(step) -> bool:
-        return (step or {}).get("f") in ("upgrade", "downgrade", "finalize")
+        return (step or {}).get("f") in RELEASE_KINDS
     if "duration" in out:
         schedule: list[dict] = []
         for entry in out.get("schedule", []):
