@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from onceproof.report.faults import Window
+from onceproof.workloads.faults import RELEASE_KINDS
 
 OUTCOME_COLORS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#ff7f0e"}
 FAULT_COLORS = {"network": "#1f77b4", "request": "#d62728", "node": "#9467bd",
@@ -249,7 +250,7 @@ def tracks(rows, windows: list[Window], span: float) -> str:
     changes' fault windows shaded."""
     height = min(10.0, max(1.8, 0.3 * len(rows) + 1.2))
     fig, ax = plt.subplots(figsize=(WIDTH_IN, height))
-    _shade(ax, [w for w in windows if w.f in ("upgrade", "downgrade", "finalize")], span)
+    _shade(ax, [w for w in windows if w.f in RELEASE_KINDS], span)
     colors: dict[str, str] = {}
     least = _min_width(span)
     for y, track in enumerate(rows):
