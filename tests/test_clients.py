@@ -79,9 +79,13 @@ def test_a_commit_refused_after_a_send_timed_out_is_followed_by_a_recorded_abort
 
 def test_bounded_gives_up_on_a_call_that_outlives_its_timeout(monkeypatch):
     monkeypatch.setattr(clients, "HANG_GRACE", 0.2)
+    # `abandoned` is the client process's own; here it is this test's, so the note it
+    # takes does not reach the next test in this pytest process.
+    monkeypatch.setattr(clients, "abandoned", [])
     release = threading.Event()
     with pytest.raises(clients.Hung, match="did not return"):
         clients.bounded(lambda timeout: release.wait(60), timeout=0.1)
+    assert len(clients.abandoned) == 1 and "did not return" in clients.abandoned[0]
     release.set()
     assert clients.bounded(lambda x, timeout: (x, timeout), 7, timeout=1.0) == (7, 1.0)
     with pytest.raises(KeyError):  # the call's own errors reach the caller

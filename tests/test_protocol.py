@@ -12,7 +12,7 @@ from pathlib import Path
 
 from onceproof.history.read import read_events
 from onceproof.history.writer import HistoryWriter
-from onceproof.run import host, protocol
+from onceproof.run import clients, host, protocol
 from onceproof.run.clients import RunContext
 from onceproof.run.protocol import (
     CLIENT,
@@ -175,7 +175,10 @@ def test_the_python_host_reads_and_answers_the_tables_messages(tmp_path):
     assert events[1]["value"]["records"] == value["records"]
 
 
-def test_the_python_client_side_sends_the_tables_messages():
+def test_the_python_client_side_sends_the_tables_messages(monkeypatch):
+    # A client process's note of a call it abandoned (clients.bounded) makes its next
+    # DONE say "stuck"; this test's process starts with none.
+    monkeypatch.setattr(clients, "abandoned", [])
     conn = _Pipe()
     forward = host.Forwarder(conn)
     got: list[int] = []
@@ -205,3 +208,11 @@ def test_the_python_client_side_sends_the_tables_messages():
         time.sleep(0.01)
     assert ran == [({"f": "send"}, 2)]
     assert conn.sent[2] == message(CLIENT, DONE, req=7, kind=None, detail=None)
+
+    clients.abandoned.append("commit_transaction did not return")
+    requests.put(message(HARNESS, RUN, req=8, op={"f": "send"}, lane=2))
+    deadline = time.monotonic() + 5
+    while len(conn.sent) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert conn.sent[3] == message(CLIENT, DONE, req=8, kind=host.STUCK,
+                                   detail="commit_transaction did not return")
