@@ -49,7 +49,7 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 _VALUE = EVENT.field("value").type
 _SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms", "txn_timeout_ms", "input", "output",
-                  "topology")
+                  "topology", "pipeline")
 # One row per event: its top-level fields, the scalars of its value, and for a send's
 # invoke the number of records it asks to write.
 SCALARS = pa.schema([f for f in EVENT if f.name != "value"]

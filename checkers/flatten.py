@@ -120,7 +120,7 @@ def _ops(events: pa.Table) -> pa.Table:
         "n_records": pc.fill_null(inv.column("n_records"), 0),
         "timeout_ms": inv.column("timeout_ms"), "txn_timeout_ms": inv.column("txn_timeout_ms"),
         "input": inv.column("input"), "output": inv.column("output"),
-        "topology": inv.column("topology"),
+        "topology": inv.column("topology"), "pipeline": inv.column("pipeline"),
     }
     return pa.table(cols).cast(SCHEMAS["ops"])
 

@@ -13,10 +13,14 @@ offsets its transaction sent (send_offsets), and an input to the group that comm
 past it. Two groups that each turn an input into one output are no duplicate, and one
 group's output does not stand for another's lost one. An output whose transaction sent
 no offsets (or that has none) belongs to no known group: it counts with every group.
+A group whose send_offsets say `pipeline: false` (an rw_txn's, which reads and writes
+in one transaction but does not turn each input into one output) is no pipeline:
+neither anomaly judges its offsets.
 """
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -212,7 +216,27 @@ def lost_inputs(facts: pd.DataFrame) -> list[dict]:
             for _, x in lost.sort_values(["topic", "partition", "offset"]).iterrows()]
 
 
-def finish(facts: pd.DataFrame) -> pd.DataFrame:
+# The ops' columns the finisher reads: which send_offsets say their group is no pipeline's.
+OPS_COLUMNS = ("f", "group", "pipeline")
+
+
+def _of_pipelines(facts: pd.DataFrame, read: Callable) -> pd.DataFrame:
+    """The facts of pipelines' groups: without the groups a send_offsets says are none
+    (`pipeline: false`, an rw_txn's), whose input is not each to become an output."""
+    grouped = equals(facts["row"], INPUT, TXN_GROUP)
+    if not grouped.any():
+        return facts
+    ops = read(list(OPS_COLUMNS))
+    said = (equals(ops["f"], SEND_OFFSETS)
+            & ops["pipeline"].eq(False).fillna(False).to_numpy(dtype=bool))
+    others = ops["group"][said].dropna().unique()
+    if not len(others):
+        return facts
+    return facts[~(grouped & facts["kind"].isin(others).to_numpy(dtype=bool))]
+
+
+def finish(facts: pd.DataFrame, read: Callable) -> pd.DataFrame:
+    facts = _of_pipelines(facts, read)
     return engine.anomalies(duplicate_outputs(facts) + lost_inputs(facts))
 
 

@@ -24,7 +24,7 @@ from .flatten import READ_COLUMNS, write_tables
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 8  # 8: the ops table names a streams op's input, output and topology
+FORMAT = 9  # 9: the ops table says when a send_offsets is no pipeline's
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
 T = TypeVar("T")
 

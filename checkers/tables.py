@@ -30,7 +30,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("op", I), ("process", S), ("f", S), ("type", S), ("txn", S), ("final", B),
         *_OP_TIMES, ("error", S), ("isolation", S), ("group", S), ("tid", S),
         ("n_records", I), ("timeout_ms", I), ("txn_timeout_ms", I), ("input", S),
-        ("output", S), ("topology", S)),
+        ("output", S), ("topology", S), ("pipeline", B)),
     # One row per record a send tried to write. status: committed (in the log and
     # visible to read_committed readers), aborted (appended, or maybe appended, by a
     # transaction that aborted), failed (the send definitely did not happen), unknown.

@@ -147,9 +147,12 @@ class History:
                                           "offset": o} for p, o in offsets]}
         return self._op(process, "commit_offsets", v, v, type)
 
-    def send_offsets(self, process, txn, group, offsets, type="ok", topic=None) -> int:
+    def send_offsets(self, process, txn, group, offsets, type="ok", topic=None,
+                     pipeline: bool | None = None) -> int:
         v = {"group": self._g(group), "offsets": [{"topic": self._t(topic), "partition": p,
                                           "offset": o} for p, o in offsets]}
+        if pipeline is not None:
+            v["pipeline"] = pipeline
         return self._op(process, "send_offsets", v, v, type, txn)
 
     def fetch_offsets(self, process, group, offsets, type="ok", topic=None) -> int:

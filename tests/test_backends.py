@@ -8,9 +8,11 @@ its entry gives."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
+from onceproof.checkers import check
 from onceproof.history.format import NEMESIS
 from onceproof.history.read import read_events
 from onceproof.run import backends
@@ -56,7 +58,7 @@ CLIENTS_OF_EVERY_ROLE = {
     "t0": {"role": "txn_producer", "topic": "t"},
     "c0": {"role": "consumer", "topic": "t"},
     "x0": {"role": "pipeline", "input": "in", "output": "out"},
-    "w0": {"role": "rw_txn", "topic": "t"},
+    "w0": {"role": "rw_txn", "topic": "t", "offsets_in_txn": True},
     "s0": {"role": "streams", "input": "in", "output": "sout"},
 }
 ROUNDS = [
@@ -85,16 +87,21 @@ def plan_for(name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def histories(session_cluster, tmp_path_factory) -> dict[str, list[dict]]:
-    """Each backend's history of its plan, run one after the other on the session's cluster."""
+def runs(session_cluster, tmp_path_factory) -> dict[str, Path]:
+    """Each backend's run folder of its plan, run one after the other on the session's
+    cluster."""
     out = {}
     for name in BACKENDS:
         if session_cluster.faults or session_cluster.down_nodes:
             session_cluster.heal_all()
-        folder = tmp_path_factory.mktemp(f"backend-{name}")
+        out[name] = folder = tmp_path_factory.mktemp(f"backend-{name}")
         run(plan_for(name), session_cluster, folder)
-        out[name] = read_events(folder / "history.jsonl")
     return out
+
+
+@pytest.fixture(scope="module")
+def histories(runs) -> dict[str, list[dict]]:
+    return {name: read_events(folder / "history.jsonl") for name, folder in runs.items()}
 
 
 def _app(process: str) -> str:
@@ -192,3 +199,24 @@ def test_assigns_and_begins_say_what_the_entry_declares(histories, name):
         assert all(b.get("txn_protocol") in (1, 2) for b in begun), begun
     else:
         assert not any("txn_protocol" in b for b in begun), begun
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_a_read_write_transaction_commits_its_offsets_as_no_pipelines(runs, histories, name):
+    """w0 (offsets_in_txn) sends its group's offsets, past what it polled, in the
+    transaction it commits, saying its group is no pipeline's; the history checks valid,
+    so the pipeline checks did not hold its input to outputs."""
+    events = histories[name]
+    polled = {r["partition"]: r["offset"] + 1 for e in events
+              if e["process"] == "w0" and e["f"] == "poll" and e["type"] == "ok"
+              for r in e["value"]["records"]}
+    sent = [e for e in events if e["process"] == "w0" and e["f"] == "send_offsets"]
+    assert polled and [e["type"] for e in sent] == ["invoke", "ok"], sent
+    assert sent[1]["value"]["pipeline"] is False
+    assert {o["partition"]: o["offset"] for o in sent[1]["value"]["offsets"]
+            if o["partition"] in polled} == polled
+    commits = [e for e in events if e["process"] == "w0" and e["f"] == "commit_txn"]
+    assert commits[-1]["type"] == "ok" and commits[-1]["txn"] == sent[1]["txn"]
+    verdict = check(runs[name] / "history.jsonl")
+    assert verdict.valid, verdict.counts

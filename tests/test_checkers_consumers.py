@@ -471,6 +471,25 @@ def test_lost_input(tmp_path):
             txn="T1")
 
 
+@pytest.mark.parametrize("pipeline", [None, False])
+def test_a_read_write_transactions_offsets_are_no_pipelines(tmp_path, pipeline):
+    """An rw_txn reads 1 and 2, writes one record of its own (no source) and sends its
+    group's offsets past both in the transaction: said to be no pipeline's, its input
+    owes no output; said nothing of, its group is a pipeline's that lost both inputs."""
+    h = History(tmp_path / "h.jsonl")
+    h.send("p0", [(0, 1, 0), (0, 2, 1)])
+    h.begin("w0", "T1")
+    h.poll("w0", [(0, 0, 1), (0, 1, 2)], txn="T1", group="w0")
+    h.send("w0", [(0, 3, 2)], txn="T1")
+    h.send_offsets("w0", "T1", "w0", [(0, 2)], pipeline=pipeline)
+    h.commit("w0", "T1")
+    v = verdict(h)
+    if pipeline is False:
+        assert v.valid and found(v) == set(), v.counts
+    else:
+        assert found(v) == {"lost_input"} and v.counts["lost_input"] == 2
+
+
 def test_two_groups_each_turning_an_input_into_one_output_are_no_duplicate(tmp_path):
     """Each consumer group is a pipeline of its own: group g's T1 and group h's T2 each
     make one output of inputs 1 and 2, into the same topic."""

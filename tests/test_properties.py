@@ -54,7 +54,8 @@ def test_idempotent_producers_write_each_value_once(trials, plan):
 @holds_on(plans("transactions", faults=SETS["mixed"], max_rounds=8),
           exercising=("commit_txn", "faults"))
 def test_transactions_are_atomic_for_read_committed_consumers(trials, plan):
-    _valid(trials, plan)
+    # The workload's rw_txn sends its group's offsets in its transactions.
+    _valid(trials, plan, allowed=(SEND_OFFSETS_STALL,))
 
 
 @holds_on(plans("pipeline", faults=SETS["mixed"], max_rounds=8,
@@ -74,9 +75,9 @@ def test_rewinds_read_exactly_what_the_log_holds(trials, plan):
 # The concurrent shape: nine clients nonstop, faults landing mid-request, clients crashing.
 @holds_on(concurrent_plans("transactions", faults=SETS["mixed"], duration=(10, 20), interval=5.0,
                            crash_every=8.0),
-          exercising=("commit_txn", "records_read", "faults"))
+          exercising=("commit_txn", "records_read", "send_offsets", "faults"))
 def test_concurrent_transactions_stay_atomic_under_mid_request_faults(trials, plan):
-    _valid(trials, plan)
+    _valid(trials, plan, allowed=(SEND_OFFSETS_STALL,))
 
 
 @holds_on(concurrent_plans("pipeline", faults=SETS["mixed"], duration=(10, 20), interval=5.0,

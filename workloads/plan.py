@@ -138,11 +138,12 @@ class ClientSpec:
     threads: int | None = None
     pipeline: dict[str, Any] = field(default_factory=dict)  # as written; see pipeline_settings
     streams: dict[str, Any] = field(default_factory=dict)  # as written; see streams_settings
+    offsets_in_txn: bool | None = None  # an rw_txn's: send its group's offsets (None: no)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     FIELDS = ("role", "topic", "input", "output", "group", "partitions", "client", "config",
-              "seed", "threads", "pipeline", "streams")
+              "seed", "threads", "pipeline", "streams", "offsets_in_txn")
 
     @classmethod
     def from_dict(cls, cid: str, d: dict) -> ClientSpec:
@@ -151,7 +152,7 @@ class ClientSpec:
                    tuple(d["partitions"]) if "partitions" in d else None, d.get("client"),
                    copy.deepcopy(d.get("config", {})), d.get("seed"), d.get("threads"),
                    copy.deepcopy(d.get("pipeline", {})), copy.deepcopy(d.get("streams", {})),
-                   _extra(d, cls.FIELDS), tuple(d))
+                   d.get("offsets_in_txn"), _extra(d, cls.FIELDS), tuple(d))
 
     def to_dict(self) -> dict:
         values = {k: getattr(self, k) for k in self.FIELDS}
@@ -452,6 +453,10 @@ def validate(plan) -> Plan:
                 or not all(isinstance(v, bool) for v in settings.values())):
             bad(f"clients.{cid}.pipeline", "maps any of "
                 f"{', '.join(DEFAULT_PIPELINE)} to true or false")
+        if "offsets_in_txn" in client and (client["role"] != RW_TXN
+                                           or not isinstance(client["offsets_in_txn"], bool)):
+            bad(f"clients.{cid}.offsets_in_txn", "true or false, for an rw_txn client (a "
+                "pipeline's is in its \"pipeline\" settings)")
         if settings.get("subscribe") and "partitions" in client:
             bad(f"clients.{cid}", "a subscribing pipeline's partitions are the group's to "
                 "assign: drop \"partitions\" or \"subscribe\"")

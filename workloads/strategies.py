@@ -38,7 +38,10 @@ WORKLOADS: dict[str, dict[str, dict]] = {
     "transactions": {
         "topics": {"t": {"partitions": 2}},
         "clients": {"t0": {"role": TXN_PRODUCER}, "t1": {"role": TXN_PRODUCER},
-                    "c0": {"role": CONSUMER}, "w0": {"role": RW_TXN}},
+                    "c0": {"role": CONSUMER},
+                    # Its transactions commit its group's offsets, as a read-process-write
+                    # application's do.
+                    "w0": {"role": RW_TXN, "offsets_in_txn": True}},
     },
     "pipeline": {
         "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},

@@ -33,6 +33,9 @@ VALUE = pa.struct([
     # A streams op's declaration: the application's input and output topics, and what
     # it computes (checkers/streams.py).
     ("input", S), ("output", S), ("topology", S),
+    # A send_offsets of a group whose input is not each to become an output record (an
+    # rw_txn's) says false; absent, true (checkers/pipeline.py).
+    ("pipeline", pa.bool_()),
 ])
 EVENT = pa.schema([
     ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),

@@ -492,6 +492,34 @@ class TxnProducer(Client):
     def crash(self):
         self.producer, self.txn = None, None
 
+    def send_offsets(self, reader: TopicConsumer, txn: str, positions: list[TopicPartition],
+                     pipeline: bool = True) -> None:
+        """Send `reader`'s group offsets to the open transaction. `pipeline` False says, in
+        the history, that the group's input does not each become an output record (an
+        rw_txn's), so checkers/pipeline.py does not hold the group to one."""
+        offsets = [dict(reader._tp(tp), offset=tp.offset) for tp in positions]
+        value: dict = {"group": reader.group, "offsets": offsets}
+        if not pipeline:
+            value["pipeline"] = False
+        h = self.w.invoke(self.process, SEND_OFFSETS, timed(value, OP_TIMEOUT), txn=txn)
+        try:
+            bounded(self.producer.send_offsets_to_transaction, positions,
+                    reader.consumer.consumer_group_metadata())
+            self.w.ok(h, value)
+        except Hung as exc:
+            self.w.info(h, describe(exc))
+            # The hung call holds the producer; its open transaction gets no commit, and
+            # the next producer with this id aborts it.
+            self.producer, self.txn = None, None
+            return
+        except KafkaException as exc:
+            err = error_of(exc)
+            self.w.info(h, describe(err or exc))
+            self._on_error(err)
+            # The offsets may be missing from the transaction: committing it would commit
+            # its writes without the input offsets they stand on, so it must abort.
+            self.must_abort = True
+
 
 class TopicConsumer(Client):
     """A consumer in its own group, assigned every partition of its topic (or the plan
@@ -806,7 +834,7 @@ class Pipeline(TxnProducer):
         self._pause(op, rounds + 1)
         positions = self.reader.known_positions()
         if self.config["offsets_in_txn"] and positions and not self.must_abort and self.producer:
-            self._send_offsets(txn, positions)
+            self.send_offsets(self.reader, txn, positions)
         if op.get("crash") and self.config["offsets_in_txn"]:
             return self._crash()
         if op.get("abort") or self.must_abort or self.producer is None:
@@ -840,28 +868,6 @@ class Pipeline(TxnProducer):
         self.reader.close()
         self._new_consumer()
 
-    def _send_offsets(self, txn: str, positions: list[TopicPartition]) -> None:
-        offsets = [dict(self.reader._tp(tp), offset=tp.offset) for tp in positions]
-        value = {"group": self.reader.group, "offsets": offsets}
-        h = self.w.invoke(self.process, SEND_OFFSETS, timed(value, OP_TIMEOUT), txn=txn)
-        try:
-            bounded(self.producer.send_offsets_to_transaction, positions,
-                    self.reader.consumer.consumer_group_metadata())
-            self.w.ok(h, value)
-        except Hung as exc:
-            self.w.info(h, describe(exc))
-            # The hung call holds the producer; its open transaction gets no commit, and
-            # the next producer with this id aborts it.
-            self.producer, self.txn = None, None
-            return
-        except KafkaException as exc:
-            err = error_of(exc)
-            self.w.info(h, describe(err or exc))
-            self._on_error(err)
-            # The offsets may be missing from the transaction: committing it would commit
-            # output without its input offsets, so the application must abort.
-            self.must_abort = True
-
     def close(self):
         self.reader.close()
         self.producer = None
@@ -871,11 +877,15 @@ class ReadWriteTxn(TxnProducer):
     """Transactions that poll and send on one topic (Jepsen's micro-op transactions), so
     transactions read what others wrote: the wr and rw edges of checkers/cycles.py.
 
-    Its reader is in its own group and commits no offsets: a group that sends offsets
-    is a pipeline's (checkers/pipeline.py expects an output for each input it passes).
-    Like any exactly-once application it rewinds after a transaction that did not
-    commit, to where that transaction began reading, so what it read there counts for
-    nothing (the consumption checkers retract such reads)."""
+    Its reader is in a group of its own (its `group`, else its id). With `offsets_in_txn`
+    each transaction that read sends that group's offsets before it commits, as a
+    read-process-write application does, so its successor after a crash starts where
+    the last committed transaction stopped reading; the send says `pipeline: false`,
+    since its input does not each become one output (checkers/pipeline.py holds only
+    pipelines' groups to that). Without it the group commits nothing and a successor
+    reads from the beginning. Like any exactly-once application it rewinds after a
+    transaction that did not commit, to where that transaction began reading, so what
+    it read there counts for nothing (the consumption checkers retract such reads)."""
     role = RW_TXN
 
     def __init__(self, *a):
@@ -891,6 +901,10 @@ class ReadWriteTxn(TxnProducer):
         self.reader.op_poll(op, txn=self.txn)
 
     def op_commit(self, op) -> bool:
+        if (self.spec.get("offsets_in_txn") and self.txn is not None and self.start is not None
+                and not self.must_abort and self.producer is not None
+                and (positions := self.reader.known_positions())):
+            self.send_offsets(self.reader, self.txn, positions, pipeline=False)
         committed = super().op_commit(op)
         if committed:
             self.start = None
@@ -905,8 +919,9 @@ class ReadWriteTxn(TxnProducer):
             self._rewind()
 
     def _rewind(self) -> None:
-        """Back to where this transaction began reading; a partition it had not read
-        before starts at its beginning (its reader commits no offsets). If the
+        """Back to where this transaction began reading (where its group's committed
+        offsets stand, when it sends them); a partition it had not read before starts
+        where the reader started. If the
         watermarks cannot be had, a new reader starts there, as a restart would."""
         if self.start is not None:
             try:

@@ -748,6 +748,40 @@ public final class OnceproofAgent {
             mustAbort = false;
         }
 
+        /** `reader`'s group offsets sent to transaction `t` (clients.py's send_offsets):
+         * `pipeline` false says, in the history, that the group's input does not each
+         * become an output (an rw_txn's), so checkers/pipeline.py does not judge it. */
+        void sendOffsets(Reader reader, String t, Map<TopicPartition, Long> positions, boolean pipeline) {
+            List<Map<String, Object>> offsets = new ArrayList<>();
+            Map<TopicPartition, OffsetAndMetadata> commit = new LinkedHashMap<>();
+            positions.forEach((tp, o) -> {
+                Map<String, Object> m = reader.tp(tp);
+                m.put("offset", o);
+                offsets.add(m);
+                commit.put(tp, new OffsetAndMetadata(o));
+            });
+            Map<String, Object> value = map("group", reader.group, "offsets", offsets);
+            if (!pipeline) value.put("pipeline", false);
+            long h = w.invoke(process, "send_offsets", timed(value, opTimeout), t, false);
+            KafkaProducer<String, byte[]> p = producer;
+            try {
+                bounded("sendOffsetsToTransaction", () -> {
+                    p.sendOffsetsToTransaction(commit, reader.consumer.groupMetadata());
+                    return null;
+                }, opTimeout);
+                w.ok(h, value);
+            } catch (Hung e) {
+                w.info(h, describe(e));
+                producer = null;  // the hung call holds it
+                txn = null;
+            } catch (Exception e) {
+                w.info(h, describe(e));
+                onError(e);
+                // The offsets may be missing from the transaction: it must not commit.
+                mustAbort = true;
+            }
+        }
+
         void close() { dropProducer(); }
     }
 
@@ -1079,7 +1113,7 @@ public final class OnceproofAgent {
             }
             pauseBefore(op, rounds + 1, rounds);
             Map<TopicPartition, Long> positions = reader.knownPositions();
-            if (offsetsInTxn && !positions.isEmpty() && !mustAbort && producer != null) sendOffsets(t, positions);
+            if (offsetsInTxn && !positions.isEmpty() && !mustAbort && producer != null) sendOffsets(reader, t, positions, true);
             if (Boolean.TRUE.equals(op.get("crash")) && offsetsInTxn) {
                 crashAndReturn();
                 return;
@@ -1131,43 +1165,14 @@ public final class OnceproofAgent {
             newReader();
         }
 
-        void sendOffsets(String t, Map<TopicPartition, Long> positions) {
-            List<Map<String, Object>> offsets = new ArrayList<>();
-            Map<TopicPartition, OffsetAndMetadata> commit = new LinkedHashMap<>();
-            positions.forEach((tp, o) -> {
-                Map<String, Object> m = reader.tp(tp);
-                m.put("offset", o);
-                offsets.add(m);
-                commit.put(tp, new OffsetAndMetadata(o));
-            });
-            Map<String, Object> value = map("group", reader.group, "offsets", offsets);
-            long h = w.invoke(process, "send_offsets", timed(value, opTimeout), t, false);
-            KafkaProducer<String, byte[]> p = producer;
-            try {
-                bounded("sendOffsetsToTransaction", () -> {
-                    p.sendOffsetsToTransaction(commit, reader.consumer.groupMetadata());
-                    return null;
-                }, opTimeout);
-                w.ok(h, value);
-            } catch (Hung e) {
-                w.info(h, describe(e));
-                producer = null;  // the hung call holds it
-                txn = null;
-            } catch (Exception e) {
-                w.info(h, describe(e));
-                onError(e);
-                // The offsets may be missing from the transaction: it must not commit.
-                mustAbort = true;
-            }
-        }
-
         void close() {
             reader.close();
             dropProducer();
         }
     }
 
-    /** Transactions that poll and send on one topic (clients.py's ReadWriteTxn). */
+    /** Transactions that poll and send on one topic (clients.py's ReadWriteTxn); with
+     * `offsets_in_txn`, each that read sends its group's offsets before it commits. */
     static final class ReadWriteTxn extends TxnProducer {
         Reader reader;
         Map<Integer, Long> start;
@@ -1192,6 +1197,11 @@ public final class OnceproofAgent {
         }
 
         boolean commit(Map<String, Object> op) {
+            if (Boolean.TRUE.equals(spec.get("offsets_in_txn")) && txn != null && start != null
+                    && !mustAbort && producer != null) {
+                Map<TopicPartition, Long> positions = reader.knownPositions();
+                if (!positions.isEmpty()) sendOffsets(reader, txn, positions, false);
+            }
             boolean committed = super.commit(op);
             if (committed) start = null;
             else rewind();
