@@ -144,7 +144,9 @@ def duplicate_outputs(facts: pd.DataFrame) -> list[dict]:
     # Rows picked by their keys alone, then whole: at 10M events, 2.6M fact rows.
     sure = np.flatnonzero(equals(facts["row"], OUTPUT) & equals(facts["kind"], COMMITTED))
     twice = facts[["topic", "a1"]].iloc[sure].duplicated(keep=False).to_numpy()
-    many = facts.iloc[sure[twice]].sort_values("a2")
+    # In the order they were sent, those of one send in log order: the same rows, and the
+    # same second output, whatever order the facts come in (from Spark, or by bucket).
+    many = facts.iloc[sure[twice]].sort_values(["a2", "partition", "offset", "value"])
     if many.empty:
         return []
     pairs = _group_pairs(facts)
