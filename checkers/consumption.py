@@ -24,11 +24,71 @@ import pandas as pd
 from onceproof.history.format import COMMIT_OFFSETS, SEND_OFFSETS
 
 from . import anomaly, engine
-from .anomaly import num
+from .anomaly import AT, Anomaly, define, fills, num
 from .partlog import PartitionLog, equals, sorted_codes
 from .tables import COMMITTED, READ_COMMITTED
 
-TYPES = anomaly.of_family("consumption")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("poll_skip", "consumption", """
+       Within one consumer's run, a read at offset b while the consumer stood just past
+       offset a < b (after its previous read, or, across an aborted transaction, where it
+       stood outside it: below), and an offset strictly between them holds a value the
+       consumer must return: one visible to it in the read log, or the value of an
+       acknowledged committed write whose ack put it there and that no poll returned (nor
+       anything at that offset): the consumer skipped it, beside the lost_write. Within
+       one poll and across polls. The first read of a run that began at a known position
+       o (a seek, or an assign that named it) skips too when it passes over such a value
+       known only from its ack in [o, b). Across an aborted transaction (an exactly-once
+       consumer rewinds after one, recorded as a seek or not), the first read after the
+       aborted transaction's reads is judged from where the consumer stood outside it:
+       the later of its last read of the run outside any aborted transaction and its last
+       successful commit of its offset since (commit_offsets ok, or send_offsets in a
+       committed transaction), else the run's seek position; going back to it is
+       allowed, skipping past it is poll_skip. Reads inside one aborted transaction are
+       judged against each other, and its first read against where the consumer stood.
+       This is what a pipeline that does not rewind after an abort does.""",
+       fills(**AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
+             detail="the skipped offset and value"),
+       roles={"reader": "the poll that read b",
+              "previous read": "the poll that read a",
+              "seek": "the seek (or the assign that said where reading starts), when the "
+                      "consumer stood at its position",
+              "committed offset": "the consumer's commit of its offset that said where it "
+                                  "stood after an aborted transaction",
+              "skipped writer": "the send of the skipped value"},
+       # A skip over a value known only from its ack, which no poll returned: the log
+       # lost that write.
+       implies=("lost_write",)),
+    define("nonmonotonic_poll", "consumption", """
+       Within one consumer's run, a read at offset b <= a while the consumer stood just
+       past offset a: back, or the same offset again, with no seek or assign between. a
+       is the consumer's previous read, or, across an aborted transaction, where it stood
+       outside it (as for poll_skip: its last read outside aborted transactions or its
+       last commit of its offset since, else the run's seek position): a consumer that
+       rewinds after an abort without a recorded seek goes back to there, which is
+       allowed, and no further. Reads inside one aborted transaction are judged against
+       each other.""",
+       fills(**AT, op="the poll that read b", offset="b", value="", txn="the poll's transaction",
+             detail=""),
+       roles={"reader": "the poll that read b",
+              "previous read": "the poll that read a",
+              "seek": "the seek whose position said where the consumer stood after an "
+                      "aborted transaction",
+              "committed offset": "the consumer's commit of its offset that said where it "
+                                  "stood after an aborted transaction"}),
+    define("rewind_mismatch", "consumption", """
+       After a seek to offset o (or an assign whose ok says the consumer starts at o),
+       the consumer's next read of the partition is not the first value visible to it
+       at an offset >= o.""",
+       fills(**AT, op="the poll of that read", offset="", value="", txn="the poll's transaction",
+             detail="what was expected"),
+       roles={"reader": "the poll",
+              "seek": "the seek (or the assign)",
+              "expected writer": "the send of the value it should have read, when known"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 
 
 def _acked_only(pl: PartitionLog) -> tuple[np.ndarray, np.ndarray]:

@@ -54,10 +54,50 @@ import numpy as np
 import pandas as pd
 
 from . import anomaly, engine, graph, spans
+from .anomaly import AT, EITHER, Anomaly, define, fills
 from .partlog import PartitionLog, equals, sort_order
 from .tables import COMMITTED, READ_COMMITTED
 
-TYPES = anomaly.of_family("cycles")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("g0", "cycles", """
+       Write cycle: a cycle of ww edges between committed transactions. A note, since
+       concurrent transactions may append to two partitions in opposite orders; a
+       violation when no real-time execution could produce it.""",
+       fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
+             txn="the first edge's source transaction", detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op, the send of the source transaction's last record "
+                               "below the target's (edge 1 is the detail's first)",
+              "edge N target": "its target op, the send of the target's first record there"},
+       severity=EITHER),
+    define("g1c", "cycles", """
+       Circular information flow: a cycle of ww and wr edges with at least one wr. A note
+       when real time allows it; a violation when no real-time execution could produce
+       it.""",
+       fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
+             value="the value read, on a wr edge", txn="the first edge's source transaction",
+             detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op (edge 1 is the detail's first): on a ww edge the "
+                               "send of the source's last record below the target's; on a wr edge the "
+                               "send of the value read, unless the read was read_committed (the "
+                               "commit orders it then, and no op is named)",
+              "edge N target": "its target op: on a ww edge the send of the target's first record "
+                               "there, on a wr edge the poll that read the value"},
+       severity=EITHER),
+    define("g_single", "cycles", """
+       Read skew: a cycle with exactly one rw edge, the rest ww or wr. A note when real
+       time allows it; a violation when no real-time execution could produce it.""",
+       fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
+             value="the value read, on a wr edge", txn="the first edge's source transaction",
+             detail="the cycle, edge by edge"),
+       roles={"edge N source": "edge N's source op, as for g1c; on the rw edge the source's poll of "
+                               "the highest offset it read",
+              "edge N target": "its target op, as for g1c; on the rw edge the send of the target's "
+                               "first record there"},
+       severity=EITHER),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 WW, WR, RW = "ww", "wr", "rw"
 EDGE_FACT = "edge"
 FACTS = (EDGE_FACT,)  # the fact rows finish reads (checkers/engine.py)

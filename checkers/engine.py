@@ -777,9 +777,11 @@ def unjudged_counts(rows: pd.DataFrame) -> list[dict]:
     out = [{"rule": str(rule), "count": int(n), "why": str(why)}
            for (rule, why), n in sums.items() if n]
 
+    from .registry import TYPES  # it imports the families, which import this module
+
     def order(u: dict) -> tuple:
         first = u["rule"].split(",")[0].strip()
-        return (anomaly.TYPES.index(first) if first in anomaly.TYPES else len(anomaly.TYPES),
+        return (TYPES.index(first) if first in TYPES else len(TYPES),
                 u["rule"], u["why"])
     return sorted(out, key=order)
 

@@ -16,11 +16,36 @@ import pandas as pd
 from onceproof.history.format import COMMIT_OFFSETS, FETCH_OFFSETS, SEND_OFFSETS
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog, equals, name_ranks
 from .tables import COMMITTED, UNKNOWN
 
-TYPES = of_family("groups")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("offset_regression", "groups", """
+       A successful commit of a group's offset for a partition is lower than one the
+       same process made that completed before it was invoked, and that process did not
+       seek that partition below the earlier offset in between. Commits by different
+       processes are not compared: any member of a group may commit, in any order.""",
+       fills(**AT, op="the lower commit", offset="", txn="", detail="the earlier commit"),
+       roles={"lower commit": "the commit of the lower offset",
+              "earlier commit": "the same process's earlier commit of the higher one"}),
+    define("stale_offset_fetch", "groups", """
+       A fetch_offsets returned an offset no commit it could observe wrote: it may return
+       the latest successful commit that completed before it was invoked (or any of
+       several that raced each other), any commit in flight while it ran, or any commit
+       of uncertain outcome invoked before it completed. Before any successful commit
+       completed, it may return only nothing or such a racing or uncertain commit. Of a
+       transaction's send_offsets for one partition, a later ok one replaces the earlier
+       (the coordinator keeps the last).""",
+       fills(**AT, op="the fetch", offset="what it returned, null for none", txn="",
+             detail="what it was allowed to return"),
+       roles={"fetch": "the fetch_offsets",
+              "latest commit": "each commit of what it should have returned, when a commit had "
+                               "completed before it began"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 
 
 def _record(type, row, detail, offset, witnessed) -> dict:

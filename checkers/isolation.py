@@ -7,11 +7,52 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog, each_row, equals
 from .tables import ABORTED, COMMITTED, FAILED, READ_COMMITTED, UNKNOWN
 
-TYPES = of_family("isolation")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("aborted_read", "isolation", """
+       G1a: a poll (any isolation) returned a value written by a transaction that
+       aborted or by a send that failed. A read_uncommitted consumer that sees aborted
+       data is reported too: it is the known-bad configuration to catch.""",
+       fills(**AT, op="the poll", offset="", value="", txn="the writer's transaction",
+             detail=""),
+       roles={"reader": "the poll",
+              "writer": "the send of the value (the failed send, or the aborted transaction's)",
+              "abort": "what ended the writer's transaction aborted: its abort_txn, or its "
+                       "commit_txn that failed (when the history has one)"}),
+    define("precommitted_read", "isolation", """
+       A read_committed poll returned a value of a transaction and completed before that
+       transaction's first commit_txn was invoked.""",
+       fills(**AT, op="the poll", offset="", value="", txn="the writer's transaction",
+             detail="both event indexes"),
+       roles={"reader": "the poll",
+              "writer": "the send of the value",
+              "commit": "the transaction's first commit_txn"}),
+    define("torn_txn", "isolation", """
+       A committed transaction (a visible write proves an unknown one committed) some of
+       whose appended writes read_committed polls returned while others are missing: no
+       read_committed poll returned them although a read_committed reader's scan went
+       over them.""",
+       fills(**AT, op="a missing write's send", offset="", value="", txn="",
+             detail="a write that was seen"),
+       roles={"missing writer": "the send of a write that read_committed readers went over without "
+                                "returning (`op`)",
+              "missing reader": "the last poll of a read_committed scan that went over it",
+              "scan start": "where that scan began: the seek (or assign) whose position began it, "
+                            "else the poll of its first read",
+              "seen writer": "the send of a write they returned",
+              "reader": "a read_committed poll that returned it",
+              "commit": "the commit_txn of the transaction (the one that completed ok, else "
+                        "those that may have committed it)"},
+       # The missing write, acknowledged in a transaction that committed and gone over by
+       # a reader, is lost, and that reader skipped it.
+       implies=("lost_write", "poll_skip")),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 TORN_FACT = "torn"
 FACTS = (TORN_FACT,)  # the fact rows finish reads (checkers/engine.py)
 FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",

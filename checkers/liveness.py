@@ -35,11 +35,45 @@ import pyarrow.compute as pc
 from onceproof.history.format import FETCH_OFFSETS, HEAL, PAUSE_CLIENT, RESUME_CLIENT, STREAMS
 
 from . import coverage, engine
-from .anomaly import LIVENESS, num, of_family, witnesses
+from .anomaly import AT, LIVENESS, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog
 from .tables import COMMITTED
 
-TYPES = of_family("liveness")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("late_return", "liveness", """
+       A client call given a timeout returned more than 5 s after that timeout, or had not
+       returned that long after it when the harness gave up on it or the history ended.
+       The client library bounds such calls by their timeout; an application relies on
+       that bound to stay live. Time its process was stopped by the nemesis
+       (pause_client, until the resume that continued it) does not count.""",
+       fills(process="", op="the call", txn="the call's transaction",
+             detail="the call, its timeout and how long it took"),
+       roles={"call": "the call"},
+       severity=LIVENESS),
+    define("unrecovered_partition", "liveness", """
+       The last watermarks read name no high watermark for a partition: no leader
+       answered for it through the final reads, after every fault was undone and every
+       node started. The cluster kept it offline (a safe choice when no replica it may
+       elect has every acknowledged write), so its writes could not be read at the end
+       and whether any was lost is not known.""",
+       fills(**AT, op="the watermarks op",
+             detail="how many of its surely written values the final phase did not read"),
+       roles={"watermarks": "the last watermarks op"},
+       severity=LIVENESS),
+    define("unreadable_offsets", "liveness", """
+       The final phase could not read a consumer group's committed offsets the way a
+       read_committed consumer asks for them (stable offsets only, KIP-447) within its
+       bound: 60 s plus the plan's longest transaction timeout, after every fault was
+       undone and every node started. The group coordinator holds an offset commit it
+       never finished, so an application of that group cannot learn where to resume.""",
+       fills(process="", op="the final fetch of the group's committed offsets",
+             detail="the group, and the error the fetch ended with"),
+       roles={"fetch": "the final fetch of the group's committed offsets"},
+       severity=LIVENESS),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 
 # Slack past a call's own timeout before it counts as late: scheduling delays of a
 # loaded two-core machine, and the GIL a returning call must take back. Below the

@@ -13,11 +13,54 @@ import pandas as pd
 from onceproof.history.format import STREAMS
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog, each_row, equals, first_of_each
 from .tables import FAILED
 
-TYPES = of_family("log_values")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("duplicate", "log_values", """
+       One written value observed (by a read or a send's ack) at two or more distinct
+       offsets of a partition. Each write appends its value once. Not judged in an output
+       topic of an application the history declares (streams), whose writes it does not
+       hold.""",
+       fills(**AT, op="the observation at the second offset", offset="the second offset",
+             value="", txn="the observing op's transaction", detail="every offset"),
+       roles={"writer": "the send of the value",
+              "observer": "an op that observed the value (the send's ack or a poll), one per offset; "
+                          "`op` is the one at the second offset"}),
+    define("inconsistent_offset", "log_values", """
+       One offset of a partition observed holding two different values: the log was
+       rewritten under a reader (a truncated and refilled leader).""",
+       fills(**AT, op="an observation of the second value", offset="", value="the second value",
+             txn="the observing op's transaction", detail="every value observed there"),
+       roles={"observer": "an op that observed a value at the offset (a send's ack or a poll), one "
+                          "per value",
+              "writer": "the send of each value observed there, when one wrote it"}),
+    define("unattributed_read", "log_values", """
+       A poll returned a value that no send in the history wrote to that partition: no
+       send wrote it, or one wrote it to another partition. Not judged in an output topic
+       of an application the history declares (streams), whose writes it does not hold.""",
+       fills(**AT, op="the poll", offset="", value="", txn="the poll's transaction", detail=""),
+       roles={"reader": "the poll",
+              "writer": "the send that wrote the value to another partition, when one did"}),
+    define("corrupt_value", "log_values", """
+       A poll returned a record whose value is not byte for byte the value its identity
+       makes: a sized value (a plan's mix.value_bytes) is its identity, its size and
+       padding derived from the identity alone (run/values.py), so a reader can verify
+       every byte; this one differs from it (a changed byte, a truncated or extended
+       value, a header that names no identity or size). The record is judged by the
+       identity it names, which may itself be wrong: then it may also be another value's
+       duplicate or be unattributed.""",
+       fills(**AT, op="the poll", offset="", value="the identity the value names (-1 when it "
+             "names none)", txn="the poll's transaction",
+             detail="where the value first differs from the one its identity makes"),
+       roles={"reader": "the poll",
+              "writer": "the send of the value its identity names, when one wrote it"},
+       implies=("unattributed_read", "duplicate", "inconsistent_offset")),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 HELD = "log_values_held"
 FACTS = (HELD,)
 OPS_COLUMNS = ("f", "output")

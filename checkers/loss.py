@@ -9,11 +9,66 @@ import pandas as pd
 from onceproof.history.format import BEGIN_TXN
 
 from . import coverage, engine
-from .anomaly import COLUMNS, VIOLATION, num, of_family, plain_witnesses, witnesses
+from .anomaly import AT, COLUMNS, VIOLATION, Anomaly, define, fills, num, plain_witnesses, witnesses
 from .partlog import PartitionLog, each_row, equals
 from .tables import COMMITTED
 
-TYPES = of_family("loss")
+# The role of the op that committed a write's transaction, where a type's definition
+# rests on the write being committed.
+_COMMIT_OF_TXN = ("the commit_txn of the write's transaction, for a write in one (the one "
+                  "that completed ok, else those that may have committed it)")
+
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("lost_write", "loss", """
+       An acknowledged write (a send ok outside a transaction, or in a committed one)
+       whose value no read ever returned, although some reader's scan surely went over
+       its offset.""",
+       fills(**AT, op="the send", offset="null when only bounded", value="", txn="",
+             detail="the bound, and the scan that covered it"),
+       roles={"writer": "the send",
+              "reader": "the last poll of a scan that went over it, one per reader process",
+              "scan start": "where that scan began: the seek (or assign) whose position "
+                            "began it, else the poll of its first read",
+              "commit": _COMMIT_OF_TXN},
+       # The reader whose scan went over it skipped the value its ack placed there.
+       implies=("poll_skip",)),
+    define("unseen", "loss", """
+       An acknowledged write that the final reads (polls marked final) did not return
+       although they went over it: it was acknowledged before the final watermarks were read, so it lies below
+       the final high watermark, and a final reader's scan covered every offset from at
+       or below it up to where it must be. A write whose known offset is at or past the
+       final high watermark is unseen too, with or without final reads: the log ends
+       before it (a truncated acks=1 leader can leave the partition empty).""",
+       fills(**AT, op="the send", offset="null when only bounded", value="", txn="",
+             detail="why it must have been seen"),
+       roles={"writer": "the send",
+              "final reader": "the last poll of a final scan that went over it, one per final "
+                              "reader process",
+              "scan start": "where that scan began: the seek (or assign) whose position "
+                            "began it, else the poll of its first read",
+              "watermarks": "the final watermarks op, when the write's offset is at or past their "
+                            "high watermark",
+              "commit": _COMMIT_OF_TXN}),
+    define("hanging_txn", "loss", """
+       The last watermarks read show a partition's last stable offset below its high
+       watermark, and no transaction that may hold it there can still be open as Kafka
+       allows: they were read more than its transaction timeout plus 30 s after its
+       last op (the timeout its begin_txn names, else Kafka's default, 60 s; the
+       coordinator aborts a transaction that long after it began). A transaction never
+       finished. Read sooner, the partition is not judged; held by a record written
+       outside any transaction, or by none the history knows of, at once.""",
+       fills(**AT, op="the watermarks op", offset="the last stable offset",
+             txn="the open transaction, when a write known at that offset names it",
+             detail="the high watermark, and the open transaction and its producer (or the "
+                 "transactions that may have written there)"),
+       roles={"watermarks": "the last watermarks op",
+              "writer": "the send of the record at the last stable offset, when known",
+              "candidate writer": "else a send of each transaction (the first three) that did not "
+                                  "commit and may have a record there"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 HANG_FACT = "hang"
 FACTS = (HANG_FACT,)  # the fact rows finish reads (checkers/engine.py)
 # The columns finish reads of the ops table, when there are any such facts.

@@ -7,11 +7,44 @@ import numpy as np
 import pandas as pd
 
 from . import coverage, engine, log_values, spans
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog, equals, name_ranks, sort_order
 from .tables import COMMITTED, UNKNOWN
 
-TYPES = of_family("ordering")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("nonmonotonic_send", "ordering", """
+       One process's sends to one partition (outside transactions, or within one
+       transaction), in the order it sent them, got offsets that do not increase
+       (within one send, too). An offset is the ack's, or else the one a read returned
+       for the record's value: a send that ended in info counts once a read found it.""",
+       fills(**AT, op="the later send", offset="", value="", txn="",
+             detail="the previous send and its offset"),
+       roles={"later send": "the send whose offset did not increase (`op`)",
+              "earlier send": "the process's previous send",
+              "offset reader": "the first poll that read a send's value, for each of the two "
+                               "whose ack did not say its offset"}),
+    define("commit_order", "ordering", """
+       Committed writes W1 and W2 to one partition, each a committed transaction or an
+       acknowledged send outside any transaction: W1 completed (its commit surely done,
+       or its send acknowledged) before W2 was invoked (its first op, or its send), yet a
+       record of W2 precedes a record of W1 there. W2 may also be a send outside any
+       transaction that ended in info (or never completed) whose record a read found: it
+       was appended, after its invoke. Two sends of one process are left to
+       nonmonotonic_send. A record counts only where the log still holds it: no read
+       returned another value at its offset, and no reader went over it without
+       returning it (for a send outside transactions, at an offset known from its ack or
+       a read). A transaction proven committed only by reads made before its first
+       commit_txn was invoked has no known time of commit, so it is no W1.""",
+       fills(**AT, op="W2's first send", offset="W2's record", txn="W2's transaction",
+             detail="names W1"),
+       roles={"W2 send": "W2's send of its record below W1's (`op`)",
+              "W1 send": "W1's send of its record above it",
+              "W1 end": "the op that completed W1: its commit_txn, or its send",
+              "W2 start": "the op that began W2: its transaction's first op, or its send"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 
 
 def nonmonotonic_sends(pl: PartitionLog) -> list[dict]:

@@ -28,11 +28,40 @@ import pandas as pd
 from onceproof.history.format import SEND_OFFSETS
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import VIS_RC, PartitionLog, equals, row_at
 from .tables import COMMITTED, READ_COMMITTED, UNKNOWN
 
-TYPES = of_family("pipeline")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("duplicate_output", "pipeline", """
+       One input value is the source of two or more definitely committed outputs in one
+       output topic, of one consumer group: an output is of the groups its transaction
+       sent offsets for, and one whose transaction sent none counts with every group.""",
+       fills(**AT, op="the second output's send", offset="", value="", txn="",
+             detail="every output of that input"),
+       roles={"output": "the send of each definitely committed output of the input (`op` is the "
+                        "second)",
+              "commit": "the commit_txn of each output's transaction (the one that completed ok, "
+                        "else those that may have committed it)",
+              "input poll": "each poll in an output's transaction that returned the input",
+              "input writer": "the send of the input, when a committed send_offsets went past it"}),
+    define("lost_input", "pipeline", """
+       An input record, visible to read_committed readers, at an offset a group committed
+       past with send_offsets in a committed transaction (and at or after the lowest
+       offset that group's pipelines read in that partition in a transaction, or any
+       pipeline's when no poll names the group), that no output of that group (or of a
+       transaction that sent no offsets) which may be committed names as its source.
+       Assumes each input yields an output.""",
+       fills(**AT, op="the send_offsets", offset="the input's", value="the input's",
+             txn="the send_offsets' transaction", detail=""),
+       roles={"send_offsets": "the send_offsets that committed past the input",
+              "commit": "the commit_txn of the send_offsets' transaction (the one that completed "
+                        "ok, else those that may have committed it)",
+              "input writer": "the send of the input"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 OUTPUT, INPUT, TXN_GROUP = "output", "input", "txn_group"
 FACTS = (OUTPUT, INPUT, TXN_GROUP)  # the fact rows finish reads (checkers/engine.py)
 FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value", "txn",

@@ -43,11 +43,56 @@ import pandas as pd
 from onceproof.history.format import STREAMS
 
 from . import engine
-from .anomaly import VIOLATION, num, of_family, witnesses
+from .anomaly import AT, VIOLATION, Anomaly, define, fills, num, witnesses
 from .partlog import PartitionLog, equals
 from .tables import READ_COMMITTED
 
-TYPES = of_family("streams")
+# The types this family finds, each defined beside the code that finds it, in the
+# order a verdict lists them (checkers/registry.py gathers every family's).
+ANOMALIES: tuple[Anomaly, ...] = (
+    define("streams_duplicate_output", "streams", """
+       One input value is the source of two or more outputs, visible to read_committed
+       readers, in the output topic of an application the history declares (a streams
+       op) and whose own reads and writes it does not hold: the application processed
+       the input twice, and both results were committed.""",
+       fills(**AT, op="the final poll that read the second output", offset="the second output's",
+             value="the input's", txn="", detail="every output of that input"),
+       roles={"output reader": "the final poll that read each output (`op` reads the second)",
+              "application": "the application's first streams op"}),
+    define("streams_lost_input", "streams", """
+       An input record, visible to read_committed readers, below the offset that an
+       application's group had committed in its partition at the end (as the final
+       streams op fetched them), that no visible output of that application names as its
+       source. Assumes each input yields an output.""",
+       fills(**AT, op="the final streams op, which fetched the group's offsets",
+             offset="the input's",
+             value="the input's", txn="", detail="the offset committed past it"),
+       roles={"fetch": "the final streams op, which fetched the offsets of the application's "
+                       "group",
+              "input reader": "the final poll that read the input",
+              "application": "the application's first streams op"}),
+    define("streams_uncommitted_input", "streams", """
+       An output, visible to read_committed readers in an application's output topic,
+       whose source is no record visible to read_committed readers of its input topic:
+       the application processed a record of an aborted transaction, or one no log
+       holds.""",
+       fills(**AT, op="the final poll that read the output", offset="the output's",
+             value="the input it names", txn="", detail=""),
+       roles={"output reader": "the final poll that read the output",
+              "application": "the application's first streams op"}),
+    define("wrong_fold", "streams", """
+       An output of an application with the fold topology whose count and sum (both mod
+       2^16) are not those of exactly the records visible to read_committed readers in
+       its source's input partition up to and including its source, each once: the
+       state it folded into lost an input, counted one twice, or was rolled back without
+       its outputs.""",
+       fills(**AT, op="the final poll that read the output", offset="the output's",
+             value="the input it names", txn="", detail="the count and sum it has and should have"),
+       roles={"output reader": "the final poll that read the output",
+              "input reader": "the final poll that read its input",
+              "application": "the application's first streams op"}),
+)
+TYPES = tuple(a.name for a in ANOMALIES)
 OUTPUT, INPUT, COMMITTED_AT = "app_output", "app_input", "app_offset"
 FACTS = (OUTPUT, INPUT, COMMITTED_AT)
 FACT_COLUMNS = ("kind", "topic", "partition", "process", "op", "offset", "value",

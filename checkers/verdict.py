@@ -19,27 +19,14 @@ import pandas as pd
 
 from onceproof.history.format import CLUSTER
 
-from . import (
-    anomaly,
-    consumption,
-    cycles,
-    engine,
-    groups,
-    isolation,
-    liveness,
-    log_values,
-    loss,
-    ordering,
-    pipeline,
-    streams,
-)
+from . import anomaly, engine, registry
 from . import known as _known
 from .store import Tables, convert, convert_each, is_converted, read_parquet
 
 # `valid` in a verdict's JSON when the history held nothing to judge.
 UNKNOWN = "unknown"
-FAMILIES = (log_values, loss, isolation, consumption, ordering, cycles, groups, pipeline, streams,
-            liveness)
+# Every family of checks, in the order of their types (checkers/registry.py).
+FAMILIES = registry.FAMILIES
 
 
 @dataclass
@@ -220,7 +207,7 @@ def missing_evidence(stats: dict) -> str | None:
 
 
 def _order(t: str) -> int:
-    return anomaly.TYPES.index(t) if t in anomaly.TYPES else len(anomaly.TYPES)
+    return registry.TYPES.index(t) if t in registry.TYPES else len(registry.TYPES)
 
 
 def describe(ex: dict) -> str:

@@ -238,7 +238,7 @@ def assert_witnessed(row: dict, kinds: dict[int, str] | None = None) -> None:
     """An anomaly row (or verdict example) names its ops as data: a non-empty list of
     {op, role} that holds its `op`, in roles its type's registry entry names; given the
     history's `kinds` (op -> f), each is an op of it, of a kind its role may name."""
-    from onceproof.checkers.anomaly import BY_NAME
+    from onceproof.checkers.registry import BY_NAME
     ws = row.get("witnesses")
     assert isinstance(ws, list) and ws, f"no witnesses: {row}"
     assert all(isinstance(w["op"], int) and isinstance(w["role"], str) for w in ws), row

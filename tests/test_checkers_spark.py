@@ -1,5 +1,10 @@
 """The Spark path: every anomaly type in one history, checked on Spark and locally,
-with the same anomalies found both ways; Parquet input; the CLI's exit codes."""
+with the same anomalies found both ways; Parquet input; the CLI's exit codes.
+
+The history (the kitchen sink) is hand-written scenes, one or a few types each, and,
+for every type they do not show (one added since), its synthesized scenario
+(tests/support/synth/scenarios.py): a new type needs no edit here to be held to the
+same rows on both engines."""
 from __future__ import annotations
 
 import itertools
@@ -13,24 +18,87 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from onceproof.checkers import Verdict, anomaly, arrow, check, cycles, engine, flatten, forked, spool
-from onceproof.checkers.anomaly import TYPES
+from onceproof.checkers import Verdict, arrow, check, cycles, engine, flatten, forked, registry, spool
+from onceproof.checkers.registry import TYPES
 from onceproof.checkers.store import Tables, convert, convert_each, read_parquet
 from onceproof.checkers.streams import packed
 from onceproof.checkers.tables import SCHEMAS
 from onceproof.checkers.verdict import FAMILIES
 from onceproof.cli import main
 from tests.histories import RU, History, assert_witnessed
+from tests.support.synth import scenarios
+
+# The types the hand-written scenes of kitchen_sink show. The sink plays the synthesized
+# scenario of every other type.
+SCENES_SHOW = frozenset({
+    "duplicate", "inconsistent_offset", "unattributed_read", "corrupt_value", "lost_write",
+    "unseen", "hanging_txn", "aborted_read", "precommitted_read", "torn_txn", "poll_skip",
+    "nonmonotonic_poll", "rewind_mismatch", "nonmonotonic_send", "commit_order", "g0", "g1c",
+    "g_single", "offset_regression", "stale_offset_fetch", "duplicate_output", "lost_input",
+    "streams_duplicate_output", "streams_lost_input", "streams_uncommitted_input",
+    "wrong_fold", "late_return", "unrecovered_partition", "unreadable_offsets"})
+
+
+class _Scenes:
+    """Scenes of one history, each in its own topic, processes and values."""
+
+    def __init__(self, h: History) -> None:
+        self.h, self.names = h, []
+
+    def __call__(self, name: str) -> None:
+        h = self.h
+        h.topic, h.scope, h.base = name, name + ":", 1000 * (len(self.names) + 1)
+        self.names.append(name)
+
+    def play(self, kind: str) -> None:
+        """A scene of `kind`'s synthesized scenario, as tests/support/synth/scenarios.py
+        `inject` would splice it in: its ops, then its final reads, then a watermarks op
+        of its partitions. Its topics are named after it (`x-` and the type: no
+        hand-written scene's name begins so); its processes, transactions, groups and
+        transactional ids are in its scope."""
+        h = self.h
+        name = f"x-{kind}"
+        self(name)
+        played = scenarios.scene(kind, h.base)
+        topics = {scenarios.X_TOPIC: name, scenarios.X_OUT: f"{name}-out"}
+
+        def scoped(v, key=None):
+            if isinstance(v, dict):
+                return {k: scoped(x, k) for k, x in v.items()}
+            if isinstance(v, list):
+                return [scoped(x, key) for x in v]
+            if key in ("topic", "input", "output"):
+                return topics.get(v, v)
+            return h.scope + v if key in ("group", "tid") else v
+        ops = {}
+        for ev in played.events + played.final:
+            h.skipped += ev.get("late_by", 0)
+            if ev["type"] == "invoke":
+                ops[ev["op"]] = h.invoke(ev["process"], ev["f"], scoped(ev["value"]),
+                                         txn=ev.get("txn"), final=ev.get("final", False))
+            else:
+                h.complete(ops.pop(ev["op"]), ev["type"], scoped(ev["value"]), ev.get("error"))
+        assert not ops, f"{kind}: ops never completed"
+        h.skipped += played.settle_ns
+        marks = h.invoke("xfinal", "watermarks", {}, final=True)
+        h.complete(marks, "ok", {"partitions": scoped(played.marks)})
+
+
+def played(path, kinds) -> History:
+    """A history of the synthesized scenarios of `kinds`, each a scene of its own."""
+    h = History(path)
+    scenes = _Scenes(h)
+    for kind in kinds:
+        scenes.play(kind)
+    h.close()
+    return h
 
 
 def kitchen_sink(path) -> History:
-    """Each anomaly type once, each in its own topic, processes and values."""
+    """Each anomaly type once, each in its own topic, processes and values: the
+    hand-written scenes, then the synthesized scenario of each type they do not show."""
     h = History(path)
-    scenes = []
-
-    def scene(name):
-        h.topic, h.scope, h.base = name, name + ":", 1000 * (len(scenes) + 1)
-        scenes.append(name)
+    scene = _Scenes(h)
 
     scene("duplicate")
     h.send("p0", [(0, 1, 0)])
@@ -147,6 +215,9 @@ def kitchen_sink(path) -> History:
     scene("corrupt")
     h.send("p0", [(0, 1, 0)])
     h.poll("c0", [(0, 0, 1, 7)])
+    for kind in TYPES:
+        if kind not in SCENES_SHOW:
+            scene.play(kind)
     h.close()
     return h
 
@@ -173,6 +244,21 @@ def test_spark_and_local_find_the_same_anomalies_of_every_type(sink, spark, tmp_
     # Witnesses too: Spark hands them back through Arrow as the same {op, role} lists.
     assert all(isinstance(w, list) and w for w in on_spark["witnesses"])
     assert _rows(on_spark) == _rows(here)
+
+
+def test_every_scenario_played_into_one_history_is_found_alike(spark, tmp_path):
+    """The synthesized scenario of every type, each a scene of one history (as the
+    kitchen sink plays those of types its hand-written scenes do not show): Spark and
+    local find every type, with the same rows."""
+    path = played(tmp_path / "h.jsonl", TYPES).path
+    tables = read_parquet(convert(path, tmp_path / "tables"), spark)
+    on_spark = engine.collect(tables, FAMILIES, local=False)
+    here = engine.collect(tables, FAMILIES, local=True)
+    assert set(on_spark["type"]) == set(TYPES)
+    assert all(isinstance(w, list) and w for w in on_spark["witnesses"])
+    assert _rows(on_spark) == _rows(here)
+    for row in here.to_dict("records"):
+        assert_witnessed(row)
 
 
 def test_rows_cross_the_jvm_packed_in_slices_and_come_back_whole(sink, spark, tmp_path,
@@ -455,12 +541,12 @@ def _under_a_missing_value(t: pa.DataType) -> pa.Array:
 
 
 def test_rows_fill_their_witnesses_with_a_severity_their_type_allows(sink, tmp_path):
-    """What the registry says of each type's rows (checkers/anomaly.py) is what the
+    """What the registry says of each type's rows (checkers/registry.py) is what the
     families emit, for every type."""
     here = engine.collect(read_parquet(convert(sink, tmp_path / "tables"), None), FAMILIES,
                           local=True)
     for row in here.to_dict("records"):
-        a = anomaly.BY_NAME[row["type"]]
+        a = registry.BY_NAME[row["type"]]
         assert a.allows(row["severity"]), row
         filled = {c for c, v in row.items()
                   if v is not None and (isinstance(v, list) or not pd.isna(v))}

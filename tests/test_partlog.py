@@ -9,7 +9,6 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from onceproof.checkers import engine, log_values
-from onceproof.checkers.anomaly import TYPES, of_family
 from onceproof.checkers.partlog import (
     PartitionLog,
     _keys,
@@ -17,6 +16,7 @@ from onceproof.checkers.partlog import (
     name_ranks,
     sort_order,
 )
+from onceproof.checkers.registry import TYPES, of_family
 from onceproof.checkers.store import convert
 from onceproof.checkers.verdict import FAMILIES
 from tests.support.synth.clients import synthesize, write_history

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from markupsafe import escape
 
-from onceproof.checkers import anomaly
+from onceproof.checkers import registry
 from onceproof.cli import main
 from onceproof.history.writer import HistoryWriter
 from onceproof.report import faults as report_faults
@@ -162,7 +162,7 @@ def test_anomaly_examples_link_to_the_ops_that_show_them(run):
     folder, ids = run
     html = write_report(folder).read_text()
     anomalies = _section(html, "anomalies")
-    assert escape(anomaly.BY_NAME["duplicate"].definition) in anomalies
+    assert escape(registry.BY_NAME["duplicate"].definition) in anomalies
     row = anomalies[anomalies.index('id="anomaly-duplicate"'):anomalies.index('id="anomaly-g0"')]
     linked = {int(m) for m in re.findall(r'href="#op-(\d+)"', row)}
     # its own op (the poll), and the send that wrote the value

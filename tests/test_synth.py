@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from onceproof.checkers.anomaly import TYPES
+from onceproof.checkers.registry import TYPES
 from tests.support.synth.clients import Shape, synthesize, synthesize_file
 from tests.support.synth.model import RC, RU, TOPIC_IN
 from tests.support.synth.scenarios import SCENARIOS, X_TOPIC, inject
@@ -305,7 +305,7 @@ def test_streaming_file_matches_the_list(tmp_path):
 
 
 def test_every_anomaly_type_has_a_scenario():
-    """A type added to the registry (checkers/anomaly.py) needs a scenario that injects
+    """A type added to the registry (checkers/registry.py) needs a scenario that injects
     it, or the property tests cannot hold the checkers to it."""
     assert tuple(SCENARIOS) == TYPES
 

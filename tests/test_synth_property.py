@@ -3,7 +3,7 @@
 Two properties: a history the model synthesizes is valid, so the checkers must find no
 violation in it; and the same kind of history with one injected anomaly of type X must
 be reported with X, and with nothing else that is a violation, except what IMPLIES[X]
-declares (the registry, checkers/anomaly.py). Notes (g0, and cycles real time allows)
+declares (the registry, checkers/registry.py). Notes (g0, and cycles real time allows)
 may appear anywhere: Kafka allows them.
 
 Each example is checked either the default way (a history this small in pandas, in
@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onceproof.checkers import check
-from onceproof.checkers.anomaly import IMPLIES, TYPES
+from onceproof.checkers.registry import IMPLIES, TYPES
 from tests.histories import assert_witnessed
 from tests.support.synth.clients import Shape, synthesize, write_history
 from tests.support.synth.scenarios import NOTES, inject

@@ -22,7 +22,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from onceproof.checkers import Verdict, anomaly
+from onceproof.checkers import Verdict, anomaly, registry
 from onceproof.checkers.known import match_text
 from onceproof.history.format import CLUSTER, NEMESIS, SEND
 from onceproof.report import changes as report_changes
@@ -351,13 +351,13 @@ def _unique(xs) -> list:
 def _anomaly_rows(verdict, examples: dict[str, list[Example]]) -> list[dict]:
     if not verdict:
         return []
-    order = anomaly.TYPES
+    order = registry.TYPES
     counts = verdict.get("counts", {})
     kinds = sorted(set(counts) | set(examples),
                    key=lambda t: (order.index(t) if t in order else len(order), t))
     notes, stalls = set(verdict.get("notes", [])), set(verdict.get("stalls", []))
     # A verdict written by another version may name a type this registry does not know.
-    known = anomaly.BY_NAME
+    known = registry.BY_NAME
     return [{"type": t, "count": counts.get(t, 0),
              "severity": anomaly.NOTE if t in notes else anomaly.LIVENESS if t in stalls
              else anomaly.VIOLATION,

@@ -1,6 +1,6 @@
 """Words for the report: one-line summaries of what an op's value says.
 
-What each anomaly type means is the checkers' registry (checkers/anomaly.py), not here.
+What each anomaly type means is the checkers' registry (checkers/registry.py), not here.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from onceproof.checkers.streams import packed
 
@@ -558,7 +558,7 @@ def _sc_unreadable_offsets(s: _Script) -> None:
         ev["final"] = True
 
 
-# One scenario per type of the checkers' registry (checkers/anomaly.py), which
+# One scenario per type of the checkers' registry (checkers/registry.py), which
 # tests/test_synth.py holds this table to.
 SCENARIOS: dict[str, Callable[[_Script], None]] = {
     "duplicate": _sc_duplicate,
@@ -601,7 +601,7 @@ NOTES = frozenset({"g0", "late_return", "unrecovered_partition", "unreadable_off
 # Each scenario is built so that its anomaly is no other type under the checkers'
 # definitions (docs/checkers.md), which is where most of their shape comes from, but
 # for the other types the registry says one anomaly of its type may also be
-# (checkers/anomaly.py, IMPLIES), which tests/test_synth_property.py allows beside it:
+# (checkers/registry.py, IMPLIES), which tests/test_synth_property.py allows beside it:
 # - lost_write: a lost write that final reads went over is also `unseen`, so the final
 #   reader starts past it and a non-final reader's seek and read go over it; that
 #   reader skipped the value its ack placed there, a poll_skip (implied);
@@ -630,6 +630,29 @@ def _max_value(events: list[Event]) -> int:
     return best
 
 
+class Scene(NamedTuple):
+    """One scenario, played alone: its ops in order (op ids from 1, no index or time; an
+    event with `late_by` comes that many ns after the one before it), its final reader's
+    ops, the partitions the `watermarks` op after them answers with (topics `x`, `xo`),
+    and how long after the op before it that op reads them (0: at once)."""
+    events: list[Event]
+    final: list[Event]
+    marks: list[dict]
+    settle_ns: int
+
+
+def scene(kind: str, first_value: int, variant: int | None = None) -> Scene:
+    """The scenario of type `kind`, its values from `first_value` + 1 (`variant`: which
+    of its variants, for one that has several)."""
+    if kind not in SCENARIOS:
+        raise ValueError(f"unknown anomaly {kind!r}; known: {', '.join(SCENARIOS)}")
+    script = _Script(first_value)
+    script.variant = variant
+    SCENARIOS[kind](script)
+    final, marks = script.final_events()
+    return Scene(script.events, final, marks, script.settle_ns)
+
+
 def inject(events: list[Event], kind: str, rng: random.Random,
            variant: int | None = None) -> list[Event]:
     """A copy of a valid history with exactly one anomaly of type `kind` added (`variant`:
@@ -638,12 +661,7 @@ def inject(events: list[Event], kind: str, rng: random.Random,
     The scenario's ops are slotted in at random points of the main phase (before the
     first op of a final reader), its final read just before the `watermarks` op, and its
     partitions are added to that op's answer."""
-    if kind not in SCENARIOS:
-        raise ValueError(f"unknown anomaly {kind!r}; known: {', '.join(SCENARIOS)}")
-    script = _Script(_max_value(events) + 1000)
-    script.variant = variant
-    SCENARIOS[kind](script)
-    final, marks = script.final_events()
+    scripted, final, marks, settle_ns = scene(kind, _max_value(events) + 1000, variant)
     base = copy.deepcopy(events)
 
     finals = {ev["process"] for ev in base if ev.get("final")}
@@ -653,27 +671,27 @@ def inject(events: list[Event], kind: str, rng: random.Random,
     for ev in base:
         if ev["f"] == "watermarks" and ev["type"] == "ok":
             ev["value"]["partitions"].extend(marks)
-    if script.settle_ns and wm < len(base):
-        base[wm]["late_by"] = script.settle_ns
+    if settle_ns and wm < len(base):
+        base[wm]["late_by"] = settle_ns
 
     ops = max((ev["op"] for ev in base), default=-1) + 1
     names = {ev["process"] for ev in base}
-    for ev in script.events + final:
+    for ev in scripted + final:
         ev["op"] += ops
         if ev["process"] in names:
             raise ValueError(f"process {ev['process']} of the scenario is already in the history")
 
-    slots = sorted(rng.randint(0, start) for _ in script.events)
+    slots = sorted(rng.randint(0, start) for _ in scripted)
     out: list[Event] = []
     k = 0
     for i, ev in enumerate(base):
         while k < len(slots) and slots[k] == i:
-            out.append(script.events[k])
+            out.append(scripted[k])
             k += 1
         if i == wm:
             out.extend(final)
         out.append(ev)
-    out.extend(script.events[k:])
+    out.extend(scripted[k:])
     if wm == len(base):
         out.extend(final)
 
