@@ -193,3 +193,29 @@ def test_a_client_that_asks_for_librdkafkas_debug_log_gets_it_in_a_file(cluster,
     # librdkafka's own printer: %7|<seconds>.<ms>|<facility>|<instance>| <message>
     assert any(re.match(r"%7\|\d+\.\d{3}\|\w+\|rdkafka#producer-\d+\|", line)
                and "EndTxn" in line for line in lines), lines[-5:]
+
+
+def test_a_synchronous_offset_commit_that_never_returns_is_given_up(cluster, tmp_path, monkeypatch):
+    """librdkafka's synchronous commit takes no timeout: with its group coordinator out
+    of reach it waits as long as that lasts. The consumer gives up on it as on any
+    other call that outlives its timeout (clients.bounded): the commit ends in info and
+    the process is noted for replacement, instead of holding its round."""
+    monkeypatch.setattr(clients, "OP_TIMEOUT", 2.0)
+    monkeypatch.setattr(clients, "HANG_GRACE", 1.0)
+    monkeypatch.setattr(clients, "abandoned", [])
+    plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
+            "clients": {"c0": {"role": "consumer", "group": "g"}}}
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        ctx = clients.RunContext(writer, cluster.connection(), "hung-commit", {"t": 1})
+        _create_topics(cluster, ctx, plan)
+        consumer = clients.TopicConsumer("c0", plan["clients"]["c0"], plan, ctx)
+        assert consumer.positions  # where it starts: something to commit
+        cluster.disable(cluster.links(kinds=("client",)))
+        try:
+            consumer.commit_positions()
+        finally:
+            cluster.heal()
+    commits = [e for e in read_events(tmp_path / "history.jsonl") if e["f"] == "commit_offsets"]
+    assert [e["type"] for e in commits] == ["invoke", "info"], commits
+    assert "did not return" in commits[1]["error"]
+    assert len(clients.abandoned) == 1

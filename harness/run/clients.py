@@ -725,13 +725,22 @@ class TopicConsumer(Client):
                          if sizes[i % len(sizes)] else tp for i, tp in enumerate(positions)]
         offsets = [dict(self._tp(tp), offset=tp.offset) for tp in positions]
         h = self.w.invoke(self.process, COMMIT_OFFSETS, {"group": self.group, "offsets": offsets})
+
+        def commit(timeout: float):
+            # librdkafka's synchronous commit takes no timeout: it waits for the group
+            # coordinator as long as it takes (over 5 minutes seen under bandwidth and
+            # slicer faults), which would hold the round with it.
+            return self.consumer.commit(offsets=positions, asynchronous=False)
+
         try:
-            result = self.consumer.commit(offsets=positions, asynchronous=False)
+            result = bounded(commit)
             errs = [tp.error for tp in result or [] if tp.error is not None]
             if errs:
                 self.w.info(h, describe(errs[0]))
             else:
                 self.w.ok(h, {"group": self.group, "offsets": offsets})
+        except Hung as exc:
+            self.w.info(h, describe(exc))
         except KafkaException as exc:
             self.w.info(h, describe(error_of(exc) or exc))
 
