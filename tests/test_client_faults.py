@@ -141,3 +141,31 @@ def test_shaped_transactions_run_as_their_ops_say_on_both_backends(cluster, tmp_
     assert invoked[polls[1]["op"]]["time"] - polls[0]["time"] >= 1.5e9  # paused before the second
     commits = [e for e in x0 if e["f"] == "commit_txn"]
     assert commits and commits[-1]["type"] == "ok"
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("library", ["librdkafka", "java"])
+def test_a_client_crashed_with_a_fresh_identity_comes_back_under_a_new_transactional_id(
+        cluster, tmp_path, library):
+    """A fresh successor does not fence what its predecessor left open, as a
+    deployment that names its transactional ids afresh would not: the coordinator
+    aborts that after the transaction timeout (5 s here), and the run stays valid."""
+    config = {"transaction.timeout.ms": 5000, "message.timeout.ms": 5000}
+    plan = {"topics": {"t": {"partitions": 2}},
+            "clients": {"t0": {"role": "txn_producer", "client": library, "config": config,
+                               "seed": 1},
+                        "c0": {"role": "consumer", "seed": 2}},
+            "duration": 14, "mix": {"restart_after": 1},
+            "schedule": [{"at": 4, "crash": "t0", "identity": "fresh"}]}
+    trial = run_trial(plan, cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    crashed = [e for e in events if e["f"] == "client_crashed" and e["type"] == "info"]
+    assert [(e["value"]["process"], e["value"]["by"], e["value"]["identity"])
+            for e in crashed] == [("t0", "t0.1", "fresh")]
+    tids = {e["process"]: e["value"]["tid"] for e in events
+            if e["f"] == "begin_txn" and e["type"] == "invoke"}
+    assert tids["t0.1"] == crashed[0]["value"]["tid"] and tids["t0.1"] != tids["t0"]
+    assert tids["t0.1"].endswith("tx-t0~1"), tids
+    later = [e for e in events if e["process"] == "t0.1" and e["f"] == "commit_txn"]
+    assert any(e["type"] == "ok" for e in later), later
+    assert trial.verdict.valid, trial.verdict.failing
