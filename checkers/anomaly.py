@@ -66,6 +66,9 @@ class Anomaly:
     # definitions: where a check finds this, these may stand beside it for the same
     # misbehaviour (IMPLIES).
     implies: frozenset[str] = frozenset()
+    # Judged on the driver, from facts or ops after the per-partition pass (cycles,
+    # pipelines, calls against their timeouts...), rather than in a partition's pass.
+    on_driver: bool = False
 
     def has_role(self, role: str) -> bool:
         return re.sub(r"^edge \d+ ", "edge N ", role) in self.roles
@@ -86,7 +89,7 @@ def fills(**fields: str) -> MappingProxyType:
 
 def define(name: str, family: str, definition: str, witnesses: MappingProxyType,
            roles: dict[str, str], severity: str = VIOLATION,
-           implies: tuple[str, ...] = ()) -> Anomaly:
+           implies: tuple[str, ...] = (), on_driver: bool = False) -> Anomaly:
     """One type, as its family module defines it (its ANOMALIES): the definition's and
     the roles' whitespace made single spaces, the roles named in its `witnesses` entry."""
     if not roles:
@@ -94,7 +97,7 @@ def define(name: str, family: str, definition: str, witnesses: MappingProxyType,
     text = "; ".join(f"{role}: {' '.join(what.split())}" for role, what in roles.items())
     return Anomaly(name, family, severity, " ".join(definition.split()),
                    MappingProxyType({**witnesses, "witnesses": text}), MappingProxyType(roles),
-                   frozenset(implies))
+                   frozenset(implies), on_driver)
 
 
 # Where most rows point: the op that did or saw it, in its partition.

@@ -67,6 +67,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        violation when no real-time execution could produce it.""",
        fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
              txn="the first edge's source transaction", detail="the cycle, edge by edge"),
+       on_driver=True,
        roles={"edge N source": "edge N's source op, the send of the source transaction's last record "
                                "below the target's (edge 1 is the detail's first)",
               "edge N target": "its target op, the send of the target's first record there"},
@@ -78,6 +79,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
              value="the value read, on a wr edge", txn="the first edge's source transaction",
              detail="the cycle, edge by edge"),
+       on_driver=True,
        roles={"edge N source": "edge N's source op (edge 1 is the detail's first): on a ww edge the "
                                "send of the source's last record below the target's; on a wr edge the "
                                "send of the value read, unless the read was read_committed (the "
@@ -91,6 +93,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        fills(**AT, op="the first edge's source op", offset="the first edge's source offset",
              value="the value read, on a wr edge", txn="the first edge's source transaction",
              detail="the cycle, edge by edge"),
+       on_driver=True,
        roles={"edge N source": "edge N's source op, as for g1c; on the rw edge the source's poll of "
                                "the highest offset it read",
               "edge N target": "its target op, as for g1c; on the rw edge the send of the target's "

@@ -39,6 +39,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        over them.""",
        fills(**AT, op="a missing write's send", offset="", value="", txn="",
              detail="a write that was seen"),
+       on_driver=True,
        roles={"missing writer": "the send of a write that read_committed readers went over without "
                                 "returning (`op`)",
               "missing reader": "the last poll of a read_committed scan that went over it",

@@ -50,6 +50,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        (pause_client, until the resume that continued it) does not count.""",
        fills(process="", op="the call", txn="the call's transaction",
              detail="the call, its timeout and how long it took"),
+       on_driver=True,
        roles={"call": "the call"},
        severity=LIVENESS),
     define("unrecovered_partition", "liveness", """
@@ -70,6 +71,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        never finished, so an application of that group cannot learn where to resume.""",
        fills(process="", op="the final fetch of the group's committed offsets",
              detail="the group, and the error the fetch ended with"),
+       on_driver=True,
        roles={"fetch": "the final fetch of the group's committed offsets"},
        severity=LIVENESS),
 )

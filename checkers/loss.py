@@ -63,6 +63,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
              txn="the open transaction, when a write known at that offset names it",
              detail="the high watermark, and the open transaction and its producer (or the "
                  "transactions that may have written there)"),
+       on_driver=True,
        roles={"watermarks": "the last watermarks op",
               "writer": "the send of the record at the last stable offset, when known",
               "candidate writer": "else a send of each transaction (the first three) that did not "

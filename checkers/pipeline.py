@@ -41,6 +41,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        sent offsets for, and one whose transaction sent none counts with every group.""",
        fills(**AT, op="the second output's send", offset="", value="", txn="",
              detail="every output of that input"),
+       on_driver=True,
        roles={"output": "the send of each definitely committed output of the input (`op` is the "
                         "second)",
               "commit": "the commit_txn of each output's transaction (the one that completed ok, "
@@ -56,6 +57,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        Assumes each input yields an output.""",
        fills(**AT, op="the send_offsets", offset="the input's", value="the input's",
              txn="the send_offsets' transaction", detail=""),
+       on_driver=True,
        roles={"send_offsets": "the send_offsets that committed past the input",
               "commit": "the commit_txn of the send_offsets' transaction (the one that completed "
                         "ok, else those that may have committed it)",

@@ -57,6 +57,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        the input twice, and both results were committed.""",
        fills(**AT, op="the final poll that read the second output", offset="the second output's",
              value="the input's", txn="", detail="every output of that input"),
+       on_driver=True,
        roles={"output reader": "the final poll that read each output (`op` reads the second)",
               "application": "the application's first streams op"}),
     define("streams_lost_input", "streams", """
@@ -67,6 +68,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        fills(**AT, op="the final streams op, which fetched the group's offsets",
              offset="the input's",
              value="the input's", txn="", detail="the offset committed past it"),
+       on_driver=True,
        roles={"fetch": "the final streams op, which fetched the offsets of the application's "
                        "group",
               "input reader": "the final poll that read the input",
@@ -78,6 +80,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        holds.""",
        fills(**AT, op="the final poll that read the output", offset="the output's",
              value="the input it names", txn="", detail=""),
+       on_driver=True,
        roles={"output reader": "the final poll that read the output",
               "application": "the application's first streams op"}),
     define("wrong_fold", "streams", """
@@ -88,6 +91,7 @@ ANOMALIES: tuple[Anomaly, ...] = (
        its outputs.""",
        fills(**AT, op="the final poll that read the output", offset="the output's",
              value="the input it names", txn="", detail="the count and sum it has and should have"),
+       on_driver=True,
        roles={"output reader": "the final poll that read the output",
               "input reader": "the final poll that read its input",
               "application": "the application's first streams op"}),

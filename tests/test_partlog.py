@@ -16,7 +16,7 @@ from onceproof.checkers.partlog import (
     name_ranks,
     sort_order,
 )
-from onceproof.checkers.registry import TYPES, of_family
+from onceproof.checkers.registry import REGISTRY, TYPES
 from onceproof.checkers.store import convert
 from onceproof.checkers.verdict import FAMILIES
 from tests.support.synth.clients import synthesize, write_history
@@ -92,8 +92,8 @@ def test_an_offset_read_with_a_value_and_without_one_is_not_in_the_read_log():
         assert pl.read_log[["offset", "value"]].values.tolist() == [[6, 7]]
 
 
-_ON_THE_DRIVER = {"g0", "g1c", "g_single", "torn_txn", "duplicate_output", "lost_input",
-                  "late_return", "unreadable_offsets", "hanging_txn", *of_family("streams")}
+# The types judged on the driver, from facts or ops, as their definitions say.
+_ON_THE_DRIVER = {a.name for a in REGISTRY if a.on_driver}
 
 
 def test_no_check_depends_on_the_order_of_a_columns_categories(tmp_path):
