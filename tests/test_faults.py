@@ -135,7 +135,8 @@ def test_an_unknown_kind_lists_the_registry():
 
 def test_selections_are_named_sets_or_lists_of_kinds_and_presets():
     assert faults.selection("mixed") == faults.SETS["mixed"]
-    assert set(faults.SETS["node"]) | set(faults.SETS["net"]) == set(faults.SETS["mixed"])
+    assert (set(faults.SETS["node"]) | set(faults.SETS["net"]) | set(faults.SETS["client"])
+            == set(faults.SETS["mixed"]))
     assert faults.SETS["client"] == ("pause_client",)
     assert faults.selection("slow_acks, kill") == ("slow_acks", "kill")
     assert faults.selection("none") == ()

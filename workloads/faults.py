@@ -725,13 +725,7 @@ _DEFINITIONS = [
            "ms": Param(f"a positive integer (milliseconds), at most {MAX_PAUSE_MS}",
                        lambda v: _int(1)(v) and v <= MAX_PAUSE_MS, required=True)},
           _pause_client, "until", frozenset({"resume_client", "heal"}),
-          label=_client_label, aim=_pause_client_step,
-          # Not in mixed yet. checkers/liveness.py now excuses the time a pause stopped
-          # a call, but the mixed set feeds every property and known-good suite, and
-          # pauses of up to 1.5 transaction timeouts there are not yet measured (their
-          # cost in CI, what pipelines and Streams do when fenced). The `client` set
-          # draws it.
-          mixed=False),
+          label=_client_label, aim=_pause_client_step),
     # Kinds a plan or a selection names explicitly; the named sets do not draw them.
     Fault("cut_clients", "clients can no longer reach the nodes (nodes still reach each "
           "other)", "network",
