@@ -239,6 +239,49 @@ def value_options(f):
              "(corrupt_value).")(wrapped)
 
 
+def transaction_options(f):
+    """--txn-sends and --txn-pause-ms: transactions shaped like an application's (a
+    plan's mix.txn_sends and mix.txn_pause_ms, docs/plans.md). The command gets them as
+    `txn_shape`, {name: [low, high]} for those given, checked here in one line each."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapped(*args, txn_sends, txn_pause_ms, **kwargs):
+        from onceproof.workloads.ops import TXN_PAUSE_MAX_MS, TXN_SENDS_MAX
+        shape = {}
+        for name, text, low, high in (("txn_sends", txn_sends, 1, TXN_SENDS_MAX),
+                                      ("txn_pause_ms", txn_pause_ms, 0, TXN_PAUSE_MAX_MS)):
+            if text is not None:
+                shape[name] = _range(f"--{name.replace('_', '-')}", text, low, high)
+        return f(*args, txn_shape=shape, **kwargs)
+
+    wrapped = click.option(
+        "--txn-pause-ms", default=None, metavar="LOW-HIGH",
+        help="Each transaction pauses once while open, for a time drawn from this range "
+             "(0 to 120000 ms), between two sends or before its commit, as an "
+             "application's work or a stalled handler would.")(wrapped)
+    return click.option(
+        "--txn-sends", default=None, metavar="LOW-HIGH",
+        help="Sends per transaction, each transaction drawing its count from this range "
+             "(1 to 50): a txn_producer sends that many times, an rw_txn polls before "
+             "each send, a pipeline processes that many batches (default: as the "
+             "workload draws, one to a few).")(wrapped)
+
+
+def _range(option: str, text: str, low: int, high: int) -> list[int]:
+    """LOW-HIGH (or one number N, for N-N) as [low, high], within the bounds."""
+    from onceproof.workloads.ops import range_problem
+    try:
+        bounds = [int(x) for x in text.split("-", 1)] if "-" in text.strip("-") else [int(text)] * 2
+    except ValueError:
+        raise SetupError(f"{option} takes a range LOW-HIGH such as 2-10, or one number, "
+                         f"not {text!r}") from None
+    if range_problem(bounds, low, high):
+        raise SetupError(f"{option} takes LOW-HIGH with {low} <= LOW <= HIGH <= {high}, "
+                         f"not {text}")
+    return bounds
+
+
 def _values(value_bytes: str | None, value_content: str | None) -> dict:
     from onceproof.workloads.plan import VALUE_CONTENTS, value_sizes_problem
     sizes = None
@@ -850,6 +893,7 @@ def install(kafka_version: str | None) -> None:
               help="After the upgrade (or alone), finalize a feature at a level, e.g. "
                    "transaction.version=2 (repeatable; one step each).")
 @value_options
+@transaction_options
 @click.option("--initial-features", "feature_pairs", multiple=True, metavar="FEATURE=LEVEL",
               help="Format the cluster with this feature level, e.g. transaction.version=1 "
                    "on 4.x, to finalize another during the run (repeatable).")
@@ -858,7 +902,7 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                 interval, rounds, time_budget, seed, out, nodes, kafka_version, client,
                 java_client_version, broker_pairs, broker_config_file, spark_master, bootstrap,
                 client_pairs, client_config_file, fault_commands, keep, known_issues,
-                upgrade_to, finalize_pairs, feature_pairs, app, values) -> None:
+                upgrade_to, finalize_pairs, feature_pairs, app, values, txn_shape) -> None:
     """Generate a workload, run it on a local cluster under faults (or on yours, with
     --bootstrap), check it, report."""
 
@@ -879,7 +923,7 @@ def run_command(workload, faults, runs, mode, duration, rate, clients_per_node, 
                               _feature_levels("--initial-features", feature_pairs),
                               producer=app["producer"], consumer=app["consumer"],
                               value_bytes=values["value_bytes"],
-                              value_content=values["value_content"]))
+                              value_content=values["value_content"], txn_shape=txn_shape))
     sys.exit(code)
 
 

@@ -71,6 +71,9 @@ class JobOptions:
     # plan's mix (run/values.py); None: as the plans say.
     value_bytes: list[int] | None = None
     value_content: str | None = None
+    # Transactions shaped like an application's (--txn-sends, --txn-pause-ms): the
+    # strategies' options mix.txn_sends and mix.txn_pause_ms, each [low, high].
+    txn_shape: dict = field(default_factory=dict)
 
     def release_change(self) -> list[dict]:
         """The upgrade's and finalizations' steps, checked against the starting release."""
@@ -103,7 +106,8 @@ class JobOptions:
             if self.rounds < 1:
                 raise SetupError(f"--rounds must be at least 1, not {self.rounds}")
             return plans(self.workload, faults=kinds, min_rounds=self.rounds,
-                         max_rounds=self.rounds, fault_percent=35, nodes=self.nodes)
+                         max_rounds=self.rounds, fault_percent=35, nodes=self.nodes,
+                         options=dict(self.txn_shape))
         for name, value, low in (("--duration", self.duration, 1), ("--clients-per-node",
                                  self.clients_per_node, 1), ("--partitions", self.partitions, 1)):
             if value < low:
@@ -120,7 +124,8 @@ class JobOptions:
         return concurrent_plans(self.workload, faults=kinds, duration=(self.duration, self.duration),
                                 clients_per_node=self.clients_per_node, nodes=self.nodes,
                                 partitions=self.partitions, interval=self.interval, rate=self.rate,
-                                min_clients=self.clients_per_node * self.nodes)
+                                min_clients=self.clients_per_node * self.nodes,
+                                options=dict(self.txn_shape))
 
 
 def fault_kinds(spec: str) -> tuple[str, ...]:

@@ -292,6 +292,9 @@ def test_librdkafka_names_the_settings_it_does_not_know():
      "cannot read producer config file"),
     (("suites", "--producer-config", "bootstrap.servers=x"), "the harness sets bootstrap.servers"),
     (("hunts", "--consumer-config", "no.such.setting=1"), "knows no setting no.such.setting"),
+    (("run", "--txn-sends", "0-3"), "--txn-sends takes LOW-HIGH with 1 <= LOW <= HIGH <= 50"),
+    (("run", "--txn-sends", "many"), "--txn-sends takes a range LOW-HIGH such as 2-10"),
+    (("run", "--txn-pause-ms", "9-200000"), "--txn-pause-ms takes LOW-HIGH with 0 <= LOW"),
 ])
 def test_a_bad_client_setting_is_one_line_before_anything_starts(args, words, tmp_path):
     out = subprocess.run(["onceproof", *args], capture_output=True, text=True, timeout=60,
@@ -299,3 +302,20 @@ def test_a_bad_client_setting_is_one_line_before_anything_starts(args, words, tm
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and words in lines[0], out.stderr
     assert not list(tmp_path.iterdir())  # nothing started: no cluster, no artifacts
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "rounds"])
+def test_the_run_commands_transaction_shape_reaches_the_plans_it_draws(mode):
+    """`onceproof run --txn-sends 3-6 --txn-pause-ms 100-500`: a concurrent plan carries
+    the ranges in its mix, a rounds plan's transactional ops were drawn with them."""
+    from onceproof.run_job import JobOptions, draw_plans
+    shape = {"txn_sends": [3, 6], "txn_pause_ms": [100, 500]}
+    opts = JobOptions(workload="transactions", mode=mode, duration=20, txn_shape=shape)
+    plan = draw_plans(opts.strategy(), 1, 3)[0]
+    if mode == "concurrent":
+        assert {k: plan["mix"][k] for k in shape} == shape
+    else:
+        paused = [op[PAUSE_MS] for s in plan["steps"] for op in s.get("ops", {}).values()
+                  if PAUSE_MS in op]
+        assert paused and all(100 <= ms <= 500 for ms in paused), paused
+    validate(plan)
