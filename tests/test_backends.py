@@ -66,7 +66,8 @@ ROUNDS = [
      "s0": {"f": "observe", "wait": 1}},
     {"t0": {"f": "send", "n": 3}, "c0": {"f": "poll", "n": 5, "timeout": 2},
      "x0": {"f": "process", "n": 2}},
-    {"t0": {"f": "commit"}, "w0": {"f": "poll", "n": 5, "timeout": 2}},
+    # w0's poll waits long enough for t0's commit, beside it, to make its records readable.
+    {"t0": {"f": "commit"}, "w0": {"f": "poll", "n": 5, "timeout": 5}},
     {"w0": {"f": "send", "n": 2}, "c0": {"f": "seek", "to": "beginning"},
      "x0": {"f": "process", "n": 2, "abort": True}, "p0": {"f": "send", "n": 2}},
     {"w0": {"f": "commit"}, "c0": {"f": "poll", "n": 10, "timeout": 3}, "t0": {"f": "begin"}},
