@@ -52,7 +52,7 @@ SETTLE_TIMEOUT = 60.0
 FINAL_READ_TIMEOUT = 60.0
 # How long the final phase tries to read a group's committed offsets, on top of the plan's
 # longest transaction timeout: a transaction left open with offsets in it keeps them
-# unstable until its coordinator aborts it (checkers/anomaly.py unreadable_offsets).
+# unstable until its coordinator aborts it (checkers/liveness.py unreadable_offsets).
 FINAL_OFFSETS_TIMEOUT = 60.0
 
 Progress = Callable[[float, float, str], None]  # (done, total, what is happening)
