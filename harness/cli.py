@@ -247,12 +247,10 @@ def transaction_options(f):
 
     @functools.wraps(f)
     def wrapped(*args, txn_sends, txn_pause_ms, **kwargs):
-        from onceproof.workloads.ops import TXN_PAUSE_MAX_MS, TXN_SENDS_MAX
-        shape = {}
-        for name, text, low, high in (("txn_sends", txn_sends, 1, TXN_SENDS_MAX),
-                                      ("txn_pause_ms", txn_pause_ms, 0, TXN_PAUSE_MAX_MS)):
-            if text is not None:
-                shape[name] = _range(f"--{name.replace('_', '-')}", text, low, high)
+        from onceproof.workloads.ops import TXN_SHAPE_BOUNDS
+        given = {"txn_sends": txn_sends, "txn_pause_ms": txn_pause_ms}
+        shape = {name: _range(f"--{name.replace('_', '-')}", given[name], low, high)
+                 for name, (low, high) in TXN_SHAPE_BOUNDS.items() if given[name] is not None}
         return f(*args, txn_shape=shape, **kwargs)
 
     wrapped = click.option(

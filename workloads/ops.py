@@ -88,6 +88,7 @@ RW_TXN_MAX_OPS = 4
 # The bounds of mix.txn_sends and mix.txn_pause_ms (docs/plans.md).
 TXN_SENDS_MAX = 50
 TXN_PAUSE_MAX_MS = 120_000
+TXN_SHAPE_BOUNDS = {"txn_sends": (1, TXN_SENDS_MAX), "txn_pause_ms": (0, TXN_PAUSE_MAX_MS)}
 # What an op may carry for the application's pause before it (a send's, a commit's or
 # abort's; a process op's `pause_before` says before which of its rounds, its rounds
 # plus one being before its commit) and a pipeline's rounds per transaction.

@@ -42,6 +42,7 @@ from .ops import (
     TXN_PAUSE_MAX_MS,
     TXN_PRODUCER,
     TXN_SENDS_MAX,
+    TXN_SHAPE_BOUNDS,
     range_problem,
 )
 from .settings import settings_problem
@@ -492,7 +493,7 @@ def validate(plan) -> Plan:
 
 def _validate_txn_shape(mix: dict, bad) -> None:
     """mix.txn_sends and mix.txn_pause_ms: ranges within their bounds."""
-    for key, low, high in (("txn_sends", 1, TXN_SENDS_MAX), ("txn_pause_ms", 0, TXN_PAUSE_MAX_MS)):
+    for key, (low, high) in TXN_SHAPE_BOUNDS.items():
         if key in mix and (problem := range_problem(mix[key], low, high)):
             bad(f"mix.{key}", problem)
 
