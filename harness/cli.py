@@ -106,17 +106,12 @@ class _BackendsHelp(click.Option):
     stage: only when help is shown, not on every command's start."""
 
     def get_help_record(self, ctx: click.Context):
-        from onceproof.run.backends import client_help
-        self.help = client_help()
+        from onceproof.run.backends import client_help, side_by_side_help
+        self.help = side_by_side_help() if self.multiple else client_help()
         return super().get_help_record(ctx)
 
 
-side_by_side_option = click.option(
-    "--client", "clients", multiple=True,
-    help="Run every plan's clients that name no client library on this one: librdkafka, "
-         "java, or java:RELEASE for the Java client of that kafka-clients release "
-         "(repeatable: the same searches on each, a column per client; default: as the "
-         "plans say, librdkafka unless they name java).")
+side_by_side_option = click.option("--client", "clients", multiple=True, cls=_BackendsHelp)
 cluster_dir_option = click.option(
     "--dir", "root", default=_default_cluster_dir, show_default="~/.cache/onceproof/clusters/default",
     help="Where the cluster keeps its data, logs and state.")
@@ -180,22 +175,11 @@ def _refuse_unknown(app: dict, libraries, java_release: str | None = None) -> No
     client library the run uses knows under no name. The Java client is asked only when
     its release is known (`java_release`): on a cluster you bring, its release is the
     cluster's, and the run refuses it before its clients start."""
-    from onceproof.run.backends import (
-        Linked,
-        unknown_application_settings,
-        unknown_text,
-    )
-    from onceproof.workloads.plan import JAVA, LIBRDKAFKA
+    from onceproof.run.backends import BACKENDS, unknown_application_settings, unknown_text
     if not app["producer"] and not app["consumer"]:
         return
     for library in sorted(set(libraries)):
-        if library == LIBRDKAFKA:
-            import confluent_kafka
-            prepared = Linked(confluent_kafka.libversion()[0])
-        elif library == JAVA and java_release:
-            from onceproof.cluster.provision import ensure_java_client
-            prepared = ensure_java_client(java_release)
-        else:
+        if (prepared := BACKENDS[library].early(java_release)) is None:
             continue
         for kind in ("producer", "consumer"):
             unknown = unknown_application_settings(
@@ -477,8 +461,9 @@ def replay(plan_file: str, runs: int, nodes: int, kafka_version: str | None, cli
     from pathlib import Path
 
     from onceproof.checkers.verdict import Verdict
+    from onceproof.run.backends import on_client
     from onceproof.trial import reproduces, run_trial
-    from onceproof.workloads.plan import PlanError, load, on_client, value_size_problem, with_values
+    from onceproof.workloads.plan import PlanError, load, value_size_problem, with_values
     path = Path(plan_file)
     folder = path if path.is_dir() else path.parent
     try:
@@ -730,8 +715,9 @@ def _search(registry, only, examples, budget, replays, seed, json_out, time_limi
 
     from rich.console import Console
 
+    from onceproof.run.backends import client_spec
     from onceproof.search import as_row, hunt
-    from onceproof.workloads.plan import LIBRDKAFKA, client_spec
+    from onceproof.workloads.plan import LIBRDKAFKA
     asked = [client_spec(c) for c in clients]  # an unknown one is one line before any cluster
     app = app or {"producer": {}, "consumer": {}}
     for library, release in asked or [(LIBRDKAFKA, None)]:

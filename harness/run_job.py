@@ -24,10 +24,11 @@ from onceproof.checkers.verdict import known_issues_only
 from onceproof.cluster.cluster import Cluster, effect_text
 from onceproof.cluster.external import AnyCluster, ExternalCluster
 from onceproof.report.text import client_libraries, txn_protocols
+from onceproof.run.backends import on_client
 from onceproof.trial import keep_logs, run_trial
 from onceproof.workloads import faults
 from onceproof.workloads.generate import draw_plans
-from onceproof.workloads.plan import libraries, on_client, value_size_problem, with_values
+from onceproof.workloads.plan import libraries, value_size_problem, with_values
 from onceproof.workloads.strategies import WORKLOADS, concurrent_plans, plans
 from onceproof.workloads.upgrades import release_steps, with_release_change
 

@@ -38,8 +38,9 @@ from hypothesis.errors import Flaky
 from onceproof.checkers.verdict import Verdict
 from onceproof.cluster.external import AnyCluster
 from onceproof.errors import SetupError
+from onceproof.run.backends import client_spec, on_client
 from onceproof.trial import Counterexamples, Trial, run_trial
-from onceproof.workloads.plan import client_spec, load, on_client, size, with_values
+from onceproof.workloads.plan import load, size, with_values
 from onceproof.workloads.suites import Suite
 
 

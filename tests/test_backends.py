@@ -7,25 +7,36 @@ backend is done when it passes here; a role it does not run is skipped with the 
 its entry gives."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from onceproof.checkers import check
-from onceproof.history.format import NEMESIS
+from onceproof.history.format import CLUSTER, NEMESIS
 from onceproof.history.read import read_events
 from onceproof.run import backends
-from onceproof.run.backends import BACKENDS
+from onceproof.run.backends import BACKENDS, on_client
 from onceproof.run.clients import CLIENTS
 from onceproof.run.execute import run
 from onceproof.workloads.ops import ROLES
-from onceproof.workloads.plan import CLIENT_LIBRARIES, PlanError, on_client, validate
+from onceproof.workloads.plan import JAVA, LIBRDKAFKA, PlanError, validate
 
 
 def test_the_registry_names_the_libraries_a_plan_may_name():
-    # The plan layer imports nothing of the run, so it keeps the names by themselves.
-    assert set(BACKENDS) == set(CLIENT_LIBRARIES)
+    # The plan layer imports nothing of the run: it keeps only its defaults' names, which
+    # must be registered, and leaves the rest to the registry, which refuses any other
+    # name before a run, in one line that lists its own.
+    assert {LIBRDKAFKA, JAVA} <= set(BACKENDS)
+    plan = validate({"topics": {"t": {"partitions": 1}},
+                     "clients": {"p0": {"role": "producer", "client": "jvm"}}, "steps": []}).to_dict()
+    said = f"plan clients.p0.client: must be one of {', '.join(BACKENDS)}, not 'jvm'"
+    with pytest.raises(PlanError) as refused:
+        backends.refuse(plan)
+    assert str(refused.value) == said
+    with pytest.raises(PlanError, match=said):
+        on_client(plan)
     for name, backend in BACKENDS.items():
         assert backend.name == name and backend.roles <= set(ROLES), name
     # librdkafka runs the roles run/clients.py implements; the Java client every role.
@@ -39,14 +50,41 @@ def test_a_role_a_backend_does_not_run_is_refused_in_one_line():
             "clients": {"s0": {"role": "streams", "input": "in", "output": "out",
                                "client": "librdkafka"}}, "steps": []}
     with pytest.raises(PlanError) as refused:
-        backends.refused_roles(plan)
+        backends.refuse(plan)
     assert str(refused.value) == ("plan clients.s0: librdkafka runs no streams client; run it "
                                   "on java (its \"client\")")
     # The plan layer refuses it first, by itself (workloads/plan.py _validate_streams).
     with pytest.raises(PlanError, match="a streams client runs Kafka Streams"):
         validate(plan)
-    backends.refused_roles(on_client({**plan, "clients": {"s0": {
+    backends.refuse(on_client({**plan, "clients": {"s0": {
         k: v for k, v in plan["clients"]["s0"].items() if k != "client"}}}, "java"))
+
+
+
+def _copy_of_librdkafka() -> backends.Backend:
+    """A third backend as one registry entry: librdkafka's modules under another name."""
+    return dataclasses.replace(BACKENDS[LIBRDKAFKA], name="echo", title="echo",
+                               about="librdkafka under another name")
+
+
+def test_a_backend_is_one_registry_entry(monkeypatch):
+    """Everything that names backends asks the registry: an entry added there, and
+    nothing else, is a client a plan, --client and the run's preparation take."""
+    monkeypatch.setitem(BACKENDS, "echo", _copy_of_librdkafka())
+    plan = {"topics": {"t": {"partitions": 1}}, "steps": [],
+            "clients": {"p0": {"role": "producer", "client": "echo"}, "c0": {"role": "consumer"}}}
+    validate(plan)
+    backends.refuse(plan)
+    assert {c["client"] for c in on_client(plan, "echo")["clients"].values()} == {"echo"}
+    assert backends.client_spec("echo") == ("echo", None)
+    with pytest.raises(PlanError, match=r"unknown client 'echo:3\.8\.0': use one of librdkafka, java, echo"):
+        backends.client_spec("echo:3.8.0")  # its entry takes no release
+    assert "echo (librdkafka under another name)" in backends.client_help()
+    assert "librdkafka, java, echo, or java:RELEASE" in backends.side_by_side_help()
+    prepared = backends.prepare(plan, cluster=None)  # type: ignore[arg-type]
+    assert set(backends.recorded(prepared)) == {"echo", LIBRDKAFKA}
+    assert backends.of(plan["clients"]["p0"]).host is BACKENDS[LIBRDKAFKA].host
+    validate(plan_for("echo"))
 
 
 # ---- conformance, on the cluster ------------------------------------------------------
@@ -221,3 +259,21 @@ def test_a_read_write_transaction_commits_its_offsets_as_no_pipelines(runs, hist
     assert commits[-1]["type"] == "ok" and commits[-1]["txn"] == sent[1]["txn"]
     verdict = check(runs[name] / "history.jsonl")
     assert verdict.valid, verdict.counts
+
+
+@pytest.mark.cluster
+def test_a_third_backend_of_one_entry_passes_the_conformance_run(session_cluster, histories,
+                                                                 tmp_path, monkeypatch):
+    """The conformance run of a backend added as one registry entry (librdkafka's modules
+    under another name): its history records the name it runs under and, role by role,
+    the same shape as librdkafka's."""
+    monkeypatch.setitem(BACKENDS, "echo", _copy_of_librdkafka())
+    if session_cluster.faults or session_cluster.down_nodes:
+        session_cluster.heal_all()
+    run(plan_for("echo"), session_cluster, tmp_path)
+    events = read_events(tmp_path / "history.jsonl")
+    cluster_op = next(e for e in events if e["f"] == CLUSTER and e["type"] == "ok")
+    assert set(cluster_op["value"]["clients"]) == {"echo"}, cluster_op["value"]
+    for role in BACKENDS["echo"].roles:
+        assert shape(events, role) == shape(histories[LIBRDKAFKA], role), role
+    assert check(tmp_path / "history.jsonl").valid

@@ -9,13 +9,14 @@ from collections import Counter
 import psutil
 import pytest
 
-from onceproof.cluster.provision import ensure_java_client
 from onceproof.history.format import CLUSTER, NEMESIS
 from onceproof.history.read import read_events
+from onceproof.run.backends import client_spec, on_client, refuse
 from onceproof.run.jvm import java_config, unknown_settings
+from onceproof.run.jvm_build import ensure_java_client
 from onceproof.search import search_name
 from onceproof.trial import run_trial
-from onceproof.workloads.plan import PlanError, client_spec, on_client, validate
+from onceproof.workloads.plan import PlanError, validate
 from onceproof.workloads.suites import SUITES
 
 
@@ -197,8 +198,12 @@ def test_a_plan_names_a_known_client_and_release():
         on_client(plan, "jvm")
     with pytest.raises(PlanError, match=r"unknown Java client version .3\.8."):
         on_client(plan, "java", "3.8")
+    # A plan may name any library; the backends' registry refuses one it does not hold
+    # (before a run: on_client and the run's prepare call refuse).
+    kotlin = {**plan, "clients": {"p0": {"role": "producer", "client": "kotlin"}}}
+    validate(kotlin)
     with pytest.raises(PlanError, match=r"clients\.p0\.client: must be one of librdkafka, java"):
-        validate({**plan, "clients": {"p0": {"role": "producer", "client": "kotlin"}}})
+        refuse(kotlin)
     # A client that names its library keeps it; the others take the run's.
     mixed = on_client({**plan, "clients": {"p0": {"role": "producer", "client": "librdkafka"},
                                            "p1": {"role": "producer"}}}, "java")

@@ -7,9 +7,10 @@ import pytest
 
 from onceproof.checkers.streams import LOW16
 from onceproof.history.read import read_events
+from onceproof.run.backends import on_client
 from onceproof.run.fleet import CRASHED
 from onceproof.trial import run_trial
-from onceproof.workloads.plan import PlanError, on_client, validate
+from onceproof.workloads.plan import PlanError, validate
 
 
 def streams_plan(guarantee: str, topology: str = "fold", duration: int = 45) -> dict:

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import find, settings
 
 from onceproof.report import faults as report_faults
-from onceproof.run.backends import librdkafka_unknown, settings_in_force
+from onceproof.run.backends import librdkafka_unknown, on_client, settings_in_force
 from onceproof.run.clients import RunContext
 from onceproof.workloads import faults
 from onceproof.workloads.ops import PAUSE_MS, Seeded, closing_op, next_op
-from onceproof.workloads.plan import PlanError, on_client, validate
+from onceproof.workloads.plan import PlanError, validate
 from onceproof.workloads.settings import SettingsError, parse_application
 from onceproof.workloads.strategies import concurrent_plans, plans
 

@@ -208,7 +208,7 @@ def test_the_history_records_a_sized_value_as_it_was_sent(tmp_path):
 def test_the_java_agent_makes_and_reads_the_same_bytes(identity, size, content):
     import subprocess
 
-    from onceproof.cluster.provision import ensure_java_client
+    from onceproof.run.jvm_build import ensure_java_client
     dist = ensure_java_client("4.4.0")
     out = subprocess.run(["java", "-cp", dist.classpath, "OnceproofAgent", "--value",
                           str(identity), str(size), content],

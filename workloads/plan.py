@@ -59,9 +59,11 @@ DEFAULT_PIPELINE = {"offsets_in_txn": True, "rewind_on_abort": True, "subscribe"
 GUARANTEES = ("exactly_once_v2", "at_least_once")
 TOPOLOGIES = ("map", "fold")
 DEFAULT_STREAMS = {"guarantee": "exactly_once_v2", "topology": "fold", "config": {}}
-# The client libraries a plan client may run on (its "client"; librdkafka unless it says).
+# The client library a plan client runs on (its "client") unless it says: librdkafka, and
+# for a streams client (Kafka Streams) the Java client. Which names it may say is
+# onceproof.run.backends' registry's to know (BACKENDS), checked there before a run: this
+# layer imports nothing of the run.
 LIBRDKAFKA, JAVA = "librdkafka", "java"
-CLIENT_LIBRARIES = (LIBRDKAFKA, JAVA)
 # A record value's size and content (mix.value_bytes, mix.value_content; run/values.py):
 # at least room for the identity and its header, at most 1 MiB.
 COMPRESSIBLE, RANDOM = "compressible", "random"
@@ -69,7 +71,8 @@ VALUE_CONTENTS = (COMPRESSIBLE, RANDOM)
 # The mix's keys of a record value's settings.
 VALUE_SETTINGS = ("value_bytes", "value_content")
 MIN_VALUE_BYTES, MAX_VALUE_BYTES = 32, 1 << 20
-_RELEASE = re.compile(r"\d+\.\d+\.\d+")
+# A kafka-clients release (the plan's java_client).
+RELEASE = re.compile(r"\d+\.\d+\.\d+")
 # Whom a crashed client comes back as (a schedule entry's "identity"): the same
 # transactional id, which fences what the crashed one left open (the default), or a
 # fresh one, which leaves that to the coordinator's transaction timeout (Jepsen's way).
@@ -467,9 +470,9 @@ def validate(plan) -> Plan:
             if (not isinstance(client["partitions"], list) or not client["partitions"]
                     or not all(isinstance(q, int) and 0 <= q < n for q in client["partitions"])):
                 bad(f"clients.{cid}.partitions", f"must be a list of partitions of {read} (0..{n - 1})")
-        if client.get("client", LIBRDKAFKA) not in CLIENT_LIBRARIES:
-            bad(f"clients.{cid}.client", f"must be one of {', '.join(CLIENT_LIBRARIES)}, not "
-                f"{client['client']!r}")
+        if not isinstance(client.get("client", LIBRDKAFKA), str):
+            bad(f"clients.{cid}.client", f"must be a client library's name, such as "
+                f"{LIBRDKAFKA!r}, not {client['client']!r}")
         if "seed" in client and not isinstance(client["seed"], int):
             bad(f"clients.{cid}.seed", "must be an integer")
         if "threads" in client:
@@ -480,7 +483,7 @@ def validate(plan) -> Plan:
                     or not 1 <= client["threads"] <= MAX_THREADS):
                 bad(f"clients.{cid}.threads", f"must be an integer from 1 to {MAX_THREADS}")
     if "java_client" in plan and not (isinstance(plan["java_client"], str)
-                                      and _RELEASE.fullmatch(plan["java_client"])):
+                                      and RELEASE.fullmatch(plan["java_client"])):
         bad("java_client", f"must be a kafka-clients release like \"3.8.0\", not {plan['java_client']!r}")
     if concurrent(plan):
         _validate_concurrent(plan, bad)
@@ -630,42 +633,6 @@ def library_of(client: dict) -> str:
 def libraries(plan: dict) -> set[str]:
     """The client libraries a plan's clients run on."""
     return {library_of(c) for c in plan["clients"].values()}
-
-
-def client_spec(text: str) -> tuple[str, str | None]:
-    """A side-by-side client (suites' and hunts' --client): a library, or the Java
-    client at a release, `java:3.8.0`; (library, release or None)."""
-    library, colon, release = text.partition(":")
-    if library not in CLIENT_LIBRARIES or (colon and (library != JAVA or not _RELEASE.fullmatch(release))):
-        raise PlanError(f"unknown client {text!r}: use one of {', '.join(CLIENT_LIBRARIES)}, or "
-                        "java:RELEASE for the Java client of a kafka-clients release such as "
-                        "java:3.8.0 (--client)")
-    return library, release or None
-
-
-def on_client(plan: dict, library: str | None = None, java_version: str | None = None,
-              producer: dict | None = None, consumer: dict | None = None) -> dict:
-    """The plan with `library` for every client that names none, and `java_version` as
-    the Java client's release (a run's --client and --java-client-version), and the
-    application's `producer` and `consumer` settings (--producer-config,
-    --consumer-config) under the plan's own, which win: written into the plan, so that
-    its saved copy replays the same."""
-    if library is not None and library not in CLIENT_LIBRARIES:
-        raise PlanError(f"unknown client {library!r}: use one of {', '.join(CLIENT_LIBRARIES)} (--client)")
-    if java_version is not None and not _RELEASE.fullmatch(java_version):
-        raise PlanError(f"unknown Java client version {java_version!r}: name a kafka-clients "
-                        "release like 3.8.0 (--java-client-version)")
-    out = dict(plan)
-    if library is not None:
-        out["clients"] = {cid: {"client": library if c["role"] != "streams" else JAVA, **c}
-                          for cid, c in plan["clients"].items()}
-    if java_version is not None:
-        out["java_client"] = java_version
-    for key, given in (("producer", producer), ("consumer", consumer)):
-        if given:
-            out[key] = {**given, **plan.get(key, {})}
-    validate(out)
-    return out
 
 
 def _validate_steps(plan: dict, bad) -> None:

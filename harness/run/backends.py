@@ -3,10 +3,12 @@
 A backend is what the rest of the harness asks about a library: how to install it, which
 host starts and speaks to one client process on it (run/host.py's HostedClient, whose
 messages are run/protocol.py's), which roles it runs, which settings it refuses, and
-what a run records about it. A new backend is its own module(s) and one entry here; its
-name goes into workloads/plan.py CLIENT_LIBRARIES too (the plan layer imports nothing of
-the run, and tests/test_backends.py holds the two equal), and tests/test_backends.py's
-conformance test then runs it beside the others.
+what a run records about it. A new backend is its own module(s) and one entry here;
+tests/test_backends.py's conformance test then runs it beside the others.
+
+Which names a plan client's "client" may take is this registry's to say: the plan layer
+(workloads/plan.py), which imports nothing of the run, checks only that it is a name, and
+`refuse` (given every plan before anything starts: `on_client`, `prepare`) checks it here.
 """
 from __future__ import annotations
 
@@ -21,8 +23,15 @@ from confluent_kafka import KafkaException, Producer, libversion
 from onceproof.run import jvm
 from onceproof.run.clients import CLIENTS
 from onceproof.run.host import HostedClient
-from onceproof.workloads.ops import ROLES
-from onceproof.workloads.plan import JAVA, LIBRDKAFKA, PlanError, library_of
+from onceproof.workloads.ops import ROLES, STREAMS
+from onceproof.workloads.plan import (
+    JAVA,
+    LIBRDKAFKA,
+    RELEASE,
+    PlanError,
+    library_of,
+    validate,
+)
 
 if TYPE_CHECKING:
     from onceproof.cluster.external import AnyCluster
@@ -63,6 +72,15 @@ class Backend:
     # Whether its begin_txn ok says the transaction protocol it spoke (`txn_protocol`,
     # docs/history.md); a backend that cannot ask its library leaves it out.
     says_txn_protocol: bool
+    # What prepare would give, as far as it is known before any cluster starts (to refuse
+    # an application's settings, --producer-config, before a cluster is made): given the
+    # client's release when the run names one; None when it cannot say yet.
+    early: Callable[[str | None], Prepared | None]
+    # What to say after "<title> <release> knows no setting X".
+    unknown_advice: str
+    # Whether a run may name its release of kafka-clients (--java-client-version, the
+    # plan's java_client, a suite's --client NAME:RELEASE); else it is the one installed.
+    takes_release: bool = False
 
 
 _NO_SUCH = re.compile(r'No such configuration property: "([^"]+)"')
@@ -90,9 +108,14 @@ def librdkafka_unknown(plan: dict, cid: str, prepared: Any) -> list[str]:
 
 
 def _java_install(release: str) -> str:
-    from onceproof.cluster.provision import ensure_java_client
+    from onceproof.run.jvm_build import ensure_java_client
     dist = ensure_java_client(release)
     return f"Java client {dist.version}: {dist.home}"
+
+
+def _java_early(release: str | None) -> Prepared | None:
+    from onceproof.run.jvm_build import ensure_java_client
+    return ensure_java_client(release) if release else None
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
@@ -103,23 +126,31 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
             install=lambda release: None,
             prepare=lambda plan, cluster: Linked(libversion()[0]),
             unknown_settings=librdkafka_unknown,
-            says_txn_protocol=False),
+            says_txn_protocol=False,
+            early=lambda release: Linked(libversion()[0]),
+            unknown_advice="; drop it, or name it as librdkafka's CONFIGURATION.md does"),
     # The Java client (kafka-clients) of a release, and Kafka Streams of the same, in a
     # JVM running the agent (run/jvm.py, run/java/OnceproofAgent.java).
     Backend(JAVA, "the Java client", "the Java client, transaction protocol v2 from 4.0", jvm.JavaClient,
             frozenset(ROLES), install=_java_install, prepare=jvm.prepare,
-            unknown_settings=jvm.unknown_settings, says_txn_protocol=True),
+            unknown_settings=jvm.unknown_settings, says_txn_protocol=True, early=_java_early,
+            unknown_advice=" (a librdkafka name?); drop it or run the client on librdkafka",
+            takes_release=True),
 )}
 
 
 def of(spec: dict) -> Backend:
-    """The backend a plan client runs on."""
+    """The backend a plan client runs on (`refuse` has checked it is one)."""
     return BACKENDS[library_of(spec)]
 
 
-def refused_roles(plan: dict) -> None:
-    """Refuse, in one line, a plan client whose backend does not run its role."""
+def refuse(plan: dict) -> None:
+    """Refuse, in one line, a plan client that names no backend, or whose backend does not
+    run its role."""
     for cid, spec in plan["clients"].items():
+        if library_of(spec) not in BACKENDS:
+            raise PlanError(f"plan clients.{cid}.client: must be one of {', '.join(BACKENDS)}, "
+                            f"not {spec['client']!r}")
         backend = of(spec)
         if spec["role"] not in backend.roles:
             others = [b.name for b in BACKENDS.values() if spec["role"] in b.roles]
@@ -129,8 +160,8 @@ def refused_roles(plan: dict) -> None:
 
 def prepare(plan: dict, cluster: AnyCluster) -> dict[str, Prepared]:
     """Each backend the plan's clients run on, made ready for the run, in the registry's
-    order; a role or a setting one of them would not take is refused first."""
-    refused_roles(plan)
+    order; a client, a role or a setting one of them would not take is refused first."""
+    refuse(plan)
     used = {library_of(spec) for spec in plan["clients"].values()}
     prepared = {name: b.prepare(plan, cluster) for name, b in BACKENDS.items() if name in used}
     for cid, spec in plan["clients"].items():
@@ -144,10 +175,8 @@ def prepare(plan: dict, cluster: AnyCluster) -> dict[str, Prepared]:
 def unknown_text(library: str, prepared: Prepared, unknown: list[str]) -> str:
     """What to say of settings a backend's client does not know."""
     backend = BACKENDS[library]
-    said = f"{backend.title} {prepared.version} knows no setting {', '.join(unknown)}"
-    if library == LIBRDKAFKA:
-        return f"{said}; drop it, or name it as librdkafka's CONFIGURATION.md does"
-    return f"{said} (a librdkafka name?); drop it or run the client on librdkafka"
+    return (f"{backend.title} {prepared.version} knows no setting {', '.join(unknown)}"
+            f"{backend.unknown_advice}")
 
 
 def unknown_application_settings(producer: dict, consumer: dict, library: str,
@@ -176,6 +205,54 @@ def recorded(prepared: dict[str, Prepared]) -> dict[str, str]:
     """The client libraries a run drives, with their releases, as its history, summary
     and verdict name them."""
     return {name: p.version for name, p in prepared.items()}
+
+
+def client_spec(text: str) -> tuple[str, str | None]:
+    """A side-by-side client (suites' and hunts' --client): a backend's name, or one that
+    takes a release at a release, `java:3.8.0`; (name, release or None)."""
+    name, colon, release = text.partition(":")
+    backend = BACKENDS.get(name)
+    if backend is None or (colon and (not backend.takes_release or not RELEASE.fullmatch(release))):
+        at = "".join(f", or {b.name}:RELEASE for {b.title} of a kafka-clients release such as "
+                     f"{b.name}:3.8.0" for b in BACKENDS.values() if b.takes_release)
+        raise PlanError(f"unknown client {text!r}: use one of {', '.join(BACKENDS)}{at} (--client)")
+    return name, release or None
+
+
+def side_by_side_help() -> str:
+    """Suites' and hunts' --client help: every backend, and those taking a release."""
+    at = "".join(f", or {b.name}:RELEASE for {b.title} of that kafka-clients release"
+                 for b in BACKENDS.values() if b.takes_release)
+    return (f"Run every plan's clients that name no client library on this one: "
+            f"{', '.join(BACKENDS)}{at} (repeatable: the same searches on each, a column per "
+            f"client; default: as the plans say, {LIBRDKAFKA} unless they name another).")
+
+
+def on_client(plan: dict, library: str | None = None, java_version: str | None = None,
+              producer: dict | None = None, consumer: dict | None = None) -> dict:
+    """The plan with `library` for every client that names none (a streams client runs
+    on Java: its role is Kafka Streams), `java_version` as the Java client's release (a
+    run's --client and --java-client-version), and the application's `producer` and
+    `consumer` settings (--producer-config, --consumer-config) under the plan's own,
+    which win: written into the plan, so that its saved copy replays the same. Its
+    clients are then refused here, in one line, if a backend would not run them."""
+    if library is not None and library not in BACKENDS:
+        raise PlanError(f"unknown client {library!r}: use one of {', '.join(BACKENDS)} (--client)")
+    if java_version is not None and not RELEASE.fullmatch(java_version):
+        raise PlanError(f"unknown Java client version {java_version!r}: name a kafka-clients "
+                        "release like 3.8.0 (--java-client-version)")
+    out = dict(plan)
+    if library is not None:
+        out["clients"] = {cid: {"client": library if c["role"] != STREAMS else JAVA, **c}
+                          for cid, c in plan["clients"].items()}
+    if java_version is not None:
+        out["java_client"] = java_version
+    for key, given in (("producer", producer), ("consumer", consumer)):
+        if given:
+            out[key] = {**given, **plan.get(key, {})}
+    validate(out)
+    refuse(out)
+    return out
 
 
 def client_help() -> str:

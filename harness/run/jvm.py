@@ -18,7 +18,6 @@ import re
 import subprocess
 from typing import TYPE_CHECKING
 
-from onceproof.cluster.provision import JavaClientDist, ensure_java_client
 from onceproof.run.clients import (
     COMMIT_ATTEMPTS,
     FETCH_TIMEOUT,
@@ -30,6 +29,7 @@ from onceproof.run.clients import (
     producer_settings,
 )
 from onceproof.run.host import HostedClient
+from onceproof.run.jvm_build import JavaClientDist, ensure_java_client
 from onceproof.run.protocol import HARNESS, START, message
 from onceproof.run.values import Shape
 from onceproof.workloads.ops import TRANSACTIONAL

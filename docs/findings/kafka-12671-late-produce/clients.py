@@ -25,8 +25,8 @@ from rich.table import Table
 from onceproof.cluster.cluster import Cluster
 from onceproof.history.format import CLUSTER
 from onceproof.history.read import read_events
+from onceproof.run.backends import client_spec, on_client
 from onceproof.trial import run_trial
-from onceproof.workloads.plan import client_spec, on_client
 
 PLAN = Path(__file__).parent / "plan-noverify.json"
 CLIENTS = ("librdkafka", "java", "java:3.8.0")
