@@ -27,7 +27,7 @@ from onceproof.history.format import (
     STREAMS,
     WATERMARKS,
 )
-from onceproof.history.schema import EVENT
+from onceproof.history.schema import EVENT, VALUE_SCALARS
 
 from .arrow import explode
 from .spool import PollSpool
@@ -48,12 +48,10 @@ LISTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "watermarks": ((WATERMARKS,), "ok", "partitions"),
 }
 _VALUE = EVENT.field("value").type
-_SCALAR_VALUES = ("isolation", "group", "tid", "timeout_ms", "txn_timeout_ms", "input", "output",
-                  "topology", "pipeline")
 # One row per event: its top-level fields, the scalars of its value, and for a send's
 # invoke the number of records it asks to write.
 SCALARS = pa.schema([f for f in EVENT if f.name != "value"]
-                    + [_VALUE.field(n) for n in _SCALAR_VALUES]
+                    + [_VALUE.field(n) for n in VALUE_SCALARS]
                     + [pa.field("n_records", pa.int64())])
 
 
@@ -109,7 +107,7 @@ class Extract:
         # much data passes first): the per-line reader leaves them out too.
         client = pc.fill_null(pc.not_equal(batch.column("process"), NEMESIS), True)
         faults = not pc.all(client).as_py()
-        for n in _SCALAR_VALUES:
+        for n in VALUE_SCALARS:
             col = pc.struct_field(value, n)
             columns.append(pc.if_else(client, col, pa.nulls(len(batch), col.type))
                            if faults else col)

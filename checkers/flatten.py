@@ -40,6 +40,7 @@ from onceproof.history.format import (
     HistoryError,
 )
 from onceproof.history.read import events_table
+from onceproof.history.schema import VALUE_SCALARS
 from onceproof.memory import give_back, keep_freed, map_large
 
 from . import txn_status
@@ -115,12 +116,9 @@ def _ops(events: pa.Table) -> pa.Table:
                         pc.fill_null(d["final"], False)),
         "invoke_index": inv.column("index"), "complete_index": d["index"],
         "invoke_time": inv.column("time"), "complete_time": d["time"],
-        "error": pc.coalesce(d["error"], inv.column("error")), "isolation": iso,
-        "group": inv.column("group"), "tid": inv.column("tid"),
+        "error": pc.coalesce(d["error"], inv.column("error")),
         "n_records": pc.fill_null(inv.column("n_records"), 0),
-        "timeout_ms": inv.column("timeout_ms"), "txn_timeout_ms": inv.column("txn_timeout_ms"),
-        "input": inv.column("input"), "output": inv.column("output"),
-        "topology": inv.column("topology"), "pipeline": inv.column("pipeline"),
+        **{n: iso if n == "isolation" else inv.column(n) for n in VALUE_SCALARS},
     }
     return pa.table(cols).cast(SCHEMAS["ops"])
 

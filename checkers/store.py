@@ -24,7 +24,7 @@ from .flatten import READ_COLUMNS, write_tables
 from .tables import SCHEMAS, TABLES
 
 MANIFEST = "manifest.json"
-FORMAT = 9  # 9: the ops table says when a send_offsets is no pipeline's
+FORMAT = 10  # 10: the ops table's value columns follow the history's schema, after n_records
 _READ_NAMES = {read: step for step, read in READ_COLUMNS}
 T = TypeVar("T")
 

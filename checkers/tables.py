@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from onceproof.history.schema import VALUE, VALUE_SCALARS
+
 I = pa.int64()
 S = pa.string()
 B = pa.bool_()
@@ -24,13 +26,14 @@ _OP_TIMES = (("invoke_index", I), ("complete_index", I), ("invoke_time", I),
 
 SCHEMAS: dict[str, pa.Schema] = {
     # One row per operation: its invoke joined with its completion (type `info` and
-    # null complete_* when the history ends before the completion). timeout_ms: the
-    # timeout the client call was given, when it takes one.
+    # null complete_* when the history ends before the completion), with the number of
+    # records a send asks to write, and each field of its value that is no list
+    # (isolation, group, tid; timeout_ms: the timeout the client call was given, when
+    # it takes one...), as the invoke has it.
     "ops": _schema(
         ("op", I), ("process", S), ("f", S), ("type", S), ("txn", S), ("final", B),
-        *_OP_TIMES, ("error", S), ("isolation", S), ("group", S), ("tid", S),
-        ("n_records", I), ("timeout_ms", I), ("txn_timeout_ms", I), ("input", S),
-        ("output", S), ("topology", S), ("pipeline", B)),
+        *_OP_TIMES, ("error", S), ("n_records", I),
+        *((n, VALUE.field(n).type) for n in VALUE_SCALARS)),
     # One row per record a send tried to write. status: committed (in the log and
     # visible to read_committed readers), aborted (appended, or maybe appended, by a
     # transaction that aborted), failed (the send definitely did not happen), unknown.

@@ -731,3 +731,19 @@ def test_what_a_check_would_misread_is_refused_naming_the_op(tmp_path):
             write(h)
         with pytest.raises(HistoryError, match=problem):
             tables_of(h.path)
+
+
+def test_the_format_doc_lists_every_op_kind_and_value_column():
+    """docs/history.md's op kinds table has a row for each kind the reader takes
+    (OP_KINDS) and none other, and its ops table names each field of a value that the
+    ops table keeps (VALUE_SCALARS): the doc a history from elsewhere is written to."""
+    from pathlib import Path
+
+    from onceproof.history.format import OP_KINDS
+    from onceproof.history.schema import VALUE_SCALARS
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "history.md").read_text()
+    table = doc.split("## Operation kinds", 1)[1].lstrip().split("\n\n", 1)[0].splitlines()
+    rows = [line.split("|")[1].strip().strip("`") for line in table if line.startswith("| `")]
+    assert rows[0] == "f" and rows[1:] == list(OP_KINDS)
+    ops_row = next(line for line in doc.splitlines() if line.startswith("| `ops` |"))
+    assert all(f" {name}" in ops_row for name in VALUE_SCALARS), ops_row

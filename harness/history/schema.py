@@ -37,6 +37,9 @@ VALUE = pa.struct([
     # rw_txn's) says false; absent, true (checkers/pipeline.py).
     ("pipeline", pa.bool_()),
 ])
+# The fields of `value` that are no lists: each is a column of the checkers' ops table
+# (checkers/tables.py), so a field added to VALUE is one there with no other edit.
+VALUE_SCALARS = tuple(f.name for f in VALUE if not pa.types.is_list(f.type))
 EVENT = pa.schema([
     ("index", I), ("op", I), ("process", S), ("type", S), ("f", S), ("time", I),
     ("txn", S), ("error", S), ("final", pa.bool_()), ("value", VALUE),
