@@ -257,7 +257,14 @@ def test_the_job_on_your_cluster_names_what_it_tested(stranger, tmp_path):
     done = _cli("run", "--bootstrap", cluster.bootstrap, "--workload", "producers",
                 "--duration", "10", "--out", str(tmp_path), "--client-config",
                 f"sasl.password={SECRET}", *[a for c in commands for a in ("--fault-command", c)])
-    assert done.returncode == 0, done.stdout + done.stderr
+    # What it claims is what the run names, so the run must have decided (no harness
+    # error, exit 2) and found nothing unsafe; whether the brokers were live after the
+    # kill is the brokers' to say: once (CI, 2026-12), a restarted node's
+    # __consumer_offsets replica left the group coordinator's writes timing out for 142 s
+    # and the run said NOT LIVE, unreadable_offsets (docs/findings.md).
+    verdicts = [json.loads(v.read_text()) for v in tmp_path.rglob("verdict.json")]
+    assert len(verdicts) == 1 and verdicts[0]["valid"], done.stdout + done.stderr
+    assert done.returncode == (0 if verdicts[0]["live"] else 1), done.stdout + done.stderr
     assert f"at {cluster.bootstrap}" in done.stdout and "not injected: network faults" in done.stdout
     [report] = tmp_path.rglob("report.html")
     page = report.read_text()
