@@ -14,7 +14,6 @@ Java client does not know is refused before the run starts, not ignored.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,14 @@ from onceproof.run.jvm_build import JavaClientDist, ensure_java_client
 from onceproof.run.protocol import HARNESS, START, message
 from onceproof.run.values import Shape
 from onceproof.workloads.ops import TRANSACTIONAL
-from onceproof.workloads.plan import DEFAULT_PIPELINE, DEFAULT_STREAMS, JAVA, PlanError, read_topic
+from onceproof.workloads.plan import (
+    DEFAULT_PIPELINE,
+    DEFAULT_STREAMS,
+    JAVA,
+    RELEASE,
+    PlanError,
+    read_topic,
+)
 from onceproof.workloads.settings import setting_text
 
 if TYPE_CHECKING:
@@ -73,7 +79,7 @@ def prepare(plan: dict, cluster: AnyCluster) -> JavaClientDist:
     release is the plan's `java_client`, else the release of the cluster under test, as
     a user's application would most often match it."""
     version = plan.get("java_client") or str(cluster.described().get("kafka_version") or "")
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+    if not RELEASE.fullmatch(version):
         raise PlanError(f"the cluster does not say its Kafka release ({version or 'none'}): name "
                         "the Java client's with --java-client-version (plan java_client)")
     return ensure_java_client(version)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from onceproof.cluster.provision import cache_dir, need
 from onceproof.errors import SetupError
+from onceproof.workloads.plan import RELEASE
 
 # What the Java client backend's agent (run/java/OnceproofAgent.java) needs beside
 # kafka-clients: JSON for its wire, and a logging binding that discards (the history
@@ -43,7 +43,7 @@ class JavaClientDist:
 def ensure_java_client(version: str) -> JavaClientDist:
     """kafka-clients `version` from Maven Central, and the agent built against it (javac),
     cached per version, agent source and dependencies: a changed agent is built again."""
-    if not re.fullmatch(r"\d+\.\d+\.\d+", version) or tuple(map(int, version.split("."))) < (3, 3, 0):
+    if not RELEASE.fullmatch(version) or tuple(map(int, version.split("."))) < (3, 3, 0):
         raise SetupError(f"unknown Java client version {version!r}: use a kafka-clients release "
                          "from 3.3.0 on, such as 4.4.0 or 3.8.0 (--java-client-version)")
     # Kafka Streams of the same release, for the `streams` role (its RocksDB comes
